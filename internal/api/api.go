@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// Config wires the handlers.
+type Config struct {
+	Control *control.Service
+	Auth    *authn.Authenticator
+	Logger  *slog.Logger
+	// Ready reports whether the server can serve (store reachable).
+	Ready func(ctx context.Context) error
+}
+
+// Handler is the HTTP API.
+type Handler struct {
+	svc   *control.Service
+	auth  *authn.Authenticator
+	log   *slog.Logger
+	ready func(ctx context.Context) error
+	mux   *http.ServeMux
+}
+
+// New builds the handler and its routes.
+func New(cfg Config) *Handler {
+	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, ready: cfg.Ready, mux: http.NewServeMux()}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	m := h.mux
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	m.HandleFunc("GET /readyz", h.readyz)
+
+	m.HandleFunc("POST /v1/runner/register", h.register)
+	for path, fn := range h.signedRoutes() {
+		m.HandleFunc("POST "+path, h.signed(fn))
+	}
+
+	m.HandleFunc("POST /v1/runs", h.user(h.createRun))
+	m.HandleFunc("GET /v1/runs", h.user(h.listRuns))
+	m.HandleFunc("GET /v1/runs/{id}", h.user(h.getRun))
+	m.HandleFunc("POST /v1/runs/{id}/cancel", h.user(h.cancelRun))
+	m.HandleFunc("GET /v1/runs/{id}/logs", h.user(h.logs))
+
+	m.HandleFunc("POST /v1/principals", h.user(h.createPrincipal))
+	m.HandleFunc("POST /v1/principals/{name}/tokens", h.user(h.createToken))
+	m.HandleFunc("DELETE /v1/tokens/{id}", h.user(h.revokeToken))
+	m.HandleFunc("POST /v1/runners/registration-tokens", h.user(h.createRegToken))
+	m.HandleFunc("GET /v1/runners", h.user(h.listRunners))
+	m.HandleFunc("POST /v1/runners/{id}/disable", h.user(h.setRunnerStatus(store.RunnerDisabled)))
+	m.HandleFunc("POST /v1/runners/{id}/enable", h.user(h.setRunnerStatus(store.RunnerActive)))
+	return h
+}
+
+// SignedRoutes lists every route that requires a runner signature; tests
+// sweep it to prove none answers without one.
+func (h *Handler) SignedRoutes() []string {
+	out := make([]string, 0)
+	for p := range h.signedRoutes() {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (h *Handler) signedRoutes() map[string]func(http.ResponseWriter, *http.Request, *authn.SignedCall) {
+	return map[string]func(http.ResponseWriter, *http.Request, *authn.SignedCall){
+		"/v1/runner/heartbeat":          h.heartbeat,
+		"/v1/runner/claim":              h.claim,
+		"/v1/runner/attempt/renew":      h.renew,
+		"/v1/runner/attempt/logs":       h.appendLogs,
+		"/v1/runner/attempt/relinquish": h.relinquish,
+		"/v1/runner/attempt/result":     h.result,
+		"/v1/runner/keys":               h.rotateKey,
+	}
+}
+
+// ServeHTTP refuses ambiguous runner paths before routing, so that the path a
+// signature covers is the path the router dispatches (RELIABILITY rule 8).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := authn.RawPath(r)
+	if strings.HasPrefix(raw, "/v1/runner") || strings.HasPrefix(r.URL.Path, "/v1/runner") {
+		if err := protocol.CheckPath(raw); err != nil || raw != r.URL.Path {
+			writeError(w, h.log, fmt.Errorf("path %q is not canonical: %w", raw, protocol.ErrBadRequest))
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+type actorKey struct{}
+
+func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := h.auth.Principal(r.Context(), r)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		fn(w, r, control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
+	}
+}
+
+func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.SignedCall)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		call, err := h.auth.VerifyRunner(r.Context(), r)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		fn(w, r, call)
+	}
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := h.ready(ctx); err != nil {
+			writeError(w, h.log, fmt.Errorf("store: %w", protocol.ErrUnavailable))
+			return
+		}
+	}
+	writeJSON(w, 200, map[string]string{"status": "ready"})
+}
+
+// decode parses a JSON body strictly: unknown fields and trailing data are
+// refused rather than silently ignored.
+func decode(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		body = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("invalid JSON body: %s: %w", err.Error(), protocol.ErrBadRequest)
+	}
+	if dec.More() {
+		return fmt.Errorf("invalid JSON body: trailing data: %w", protocol.ErrBadRequest)
+	}
+	return nil
+}
+
+func readJSON(r *http.Request, v any) error {
+	b, err := authn.ReadBody(r)
+	if err != nil {
+		return err
+	}
+	return decode(b, v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError is the one place where errors become HTTP answers.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	var pe *protocol.Error
+	p := protocol.Problem{Type: "about:blank"}
+	if errors.As(err, &pe) {
+		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
+		p.Detail = detail(err, pe)
+	} else {
+		log.Error("api: internal error", "err", err)
+		p.Status, p.Code, p.Title = http.StatusInternalServerError, protocol.CodeInternal, "Internal error"
+	}
+	var fe *control.FieldError
+	if errors.As(err, &fe) {
+		p.Field = fe.Field
+	}
+	var de *control.DeniedError
+	if errors.As(err, &de) {
+		p.RunID = de.RunID
+		p.Decision = de.Decision
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// detail strips the trailing ": code" the sentinel wrapping leaves, and any
+// wrapped driver error text after it, so that internals do not leak.
+func detail(err error, pe *protocol.Error) string {
+	s := err.Error()
+	if i := strings.Index(s, ": "+pe.Code); i >= 0 {
+		return s[:i]
+	}
+	if s == pe.Code {
+		return ""
+	}
+	return s
+}
+
+func queryInt(r *http.Request, key string) (int64, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("query %s must be a non-negative integer: %w", key, protocol.ErrBadRequest)
+	}
+	return n, nil
+}

@@ -1,0 +1,179 @@
+package apiclient
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// Client calls the control and admin API with a bearer API token. It is safe
+// for concurrent use.
+type Client struct {
+	// BaseURL is the server's URL, e.g. "https://jobplane.example.com".
+	BaseURL string
+	// Token is the API bearer token; empty sends no Authorization header.
+	Token string
+	// HTTP is the HTTP client; nil uses one with DefaultTimeout. A client
+	// used for FollowLogs should have no overall Timeout, since a followed
+	// stream lasts as long as the run.
+	HTTP *http.Client
+}
+
+// do sends one JSON request and decodes the answer into out.
+func (c *Client) do(ctx context.Context, method string, query url.Values, in, out any, segs ...string) error {
+	u, err := endpoint(c.BaseURL, query, segs...)
+	if err != nil {
+		return err
+	}
+	body, err := jsonBody(in)
+	if err != nil {
+		return err
+	}
+	req, err := newRequest(ctx, method, u, body)
+	if err != nil {
+		return err
+	}
+	c.authorize(req)
+	_, err = send(c.HTTP, req, out)
+	return err
+}
+
+func (c *Client) authorize(req *http.Request) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
+
+// CreateRun starts a run (POST /v1/runs). The same IdempotencyKey again
+// returns the run created the first time.
+func (c *Client) CreateRun(ctx context.Context, req *protocol.RunRequest) (*protocol.Run, error) {
+	var run protocol.Run
+	if err := c.do(ctx, http.MethodPost, nil, req, &run, "v1", "runs"); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
+// GetRun returns one run.
+func (c *Client) GetRun(ctx context.Context, runID string) (*protocol.Run, error) {
+	var run protocol.Run
+	if err := c.do(ctx, http.MethodGet, nil, nil, &run, "v1", "runs", runID); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
+// ListRunsParams filters GET /v1/runs; zero fields are not sent.
+type ListRunsParams struct {
+	Job    string
+	State  string
+	Limit  int
+	Cursor string
+}
+
+// ListRuns returns one page of runs, newest first; pass NextCursor back as
+// Cursor for the next page.
+func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (*protocol.RunList, error) {
+	q := url.Values{}
+	if p.Job != "" {
+		q.Set("job", p.Job)
+	}
+	if p.State != "" {
+		q.Set("state", p.State)
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		q.Set("cursor", p.Cursor)
+	}
+	var list protocol.RunList
+	if err := c.do(ctx, http.MethodGet, q, nil, &list, "v1", "runs"); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// CancelRun asks for a run to be cancelled. The protocol answers 200; when
+// the answer carries the run, it is returned, else the result is nil.
+func (c *Client) CancelRun(ctx context.Context, runID string) (*protocol.Run, error) {
+	var run protocol.Run
+	if err := c.do(ctx, http.MethodPost, nil, nil, &run, "v1", "runs", runID, "cancel"); err != nil {
+		return nil, err
+	}
+	if run.ID == "" {
+		return nil, nil
+	}
+	return &run, nil
+}
+
+// Logs returns the run's stored log lines with IDs greater than after.
+func (c *Client) Logs(ctx context.Context, runID string, after int64) (*protocol.LogList, error) {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	var list protocol.LogList
+	if err := c.do(ctx, http.MethodGet, q, nil, &list, "v1", "runs", runID, "logs"); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// CreateRegistrationToken makes a single-use runner registration token
+// (admin).
+func (c *Client) CreateRegistrationToken(ctx context.Context, req protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
+	var tok protocol.TokenResponse
+	if err := c.do(ctx, http.MethodPost, nil, req, &tok, "v1", "runners", "registration-tokens"); err != nil {
+		return nil, err
+	}
+	return &tok, nil
+}
+
+// ListRunners returns the registered runners (admin).
+func (c *Client) ListRunners(ctx context.Context) (*protocol.RunnerList, error) {
+	var list protocol.RunnerList
+	if err := c.do(ctx, http.MethodGet, nil, nil, &list, "v1", "runners"); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
+// DisableRunner disables a runner (admin); its leased attempts end at once.
+func (c *Client) DisableRunner(ctx context.Context, runnerID string) error {
+	return c.do(ctx, http.MethodPost, nil, nil, nil, "v1", "runners", runnerID, "disable")
+}
+
+// EnableRunner enables a disabled runner (admin).
+func (c *Client) EnableRunner(ctx context.Context, runnerID string) error {
+	return c.do(ctx, http.MethodPost, nil, nil, nil, "v1", "runners", runnerID, "enable")
+}
+
+// CreatePrincipal creates a user or service principal (admin).
+func (c *Client) CreatePrincipal(ctx context.Context, req protocol.PrincipalRequest) (*protocol.Principal, error) {
+	var p protocol.Principal
+	if err := c.do(ctx, http.MethodPost, nil, req, &p, "v1", "principals"); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// CreatePrincipalToken issues an API token for a principal (admin). The
+// token is shown only in this answer.
+func (c *Client) CreatePrincipalToken(ctx context.Context, name string, req protocol.PrincipalTokenRequest) (*protocol.TokenResponse, error) {
+	var tok protocol.TokenResponse
+	if err := c.do(ctx, http.MethodPost, nil, req, &tok, "v1", "principals", name, "tokens"); err != nil {
+		return nil, err
+	}
+	return &tok, nil
+}
+
+// RevokeToken revokes an API token by ID (admin).
+func (c *Client) RevokeToken(ctx context.Context, tokenID string) error {
+	return c.do(ctx, http.MethodDelete, nil, nil, nil, "v1", "tokens", tokenID)
+}
+
+// Health checks liveness (GET /healthz): nil means the server answered 2xx.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, nil, nil, nil, "healthz")
+}

@@ -1,0 +1,233 @@
+package apiclient
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// MaxClaimWait is the longest claim long-poll the protocol allows.
+const MaxClaimWait = 30
+
+// AttemptRef names an assigned attempt and carries its lease token; every
+// attempt-scoped request sends all three as signed headers.
+type AttemptRef struct {
+	RunID      string
+	AttemptID  string
+	LeaseToken string
+}
+
+// RunnerClient calls the runner API, signing every request with the runner's
+// Ed25519 key. It is safe for concurrent use; set the fields before the first
+// call and change the key only through RotateKey.
+type RunnerClient struct {
+	// BaseURL is the server's URL.
+	BaseURL string
+	// RunnerID is the ID the server returned at registration.
+	RunnerID string
+	// Key is the runner's current private key.
+	Key ed25519.PrivateKey
+	// HTTP is the HTTP client; nil uses one with DefaultTimeout. Its Timeout,
+	// if any, must exceed the claim wait.
+	HTTP *http.Client
+	// Clock stamps Jobplane-Timestamp; nil is the real clock.
+	Clock clock.Clock
+
+	mu sync.Mutex // guards Key after the first call
+}
+
+func (c *RunnerClient) key() ed25519.PrivateKey {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Key
+}
+
+func (c *RunnerClient) now() time.Time {
+	if c.Clock == nil {
+		return clock.Real{}.Now()
+	}
+	return c.Clock.Now()
+}
+
+// NewNonce returns a fresh nonce: 16 random bytes, 22 base64url characters.
+func NewNonce() string { return id.Secret(16) }
+
+// do sends one signed POST. The timestamp and nonce are taken here, at send
+// time, so a retried call is a new request and never a replay.
+func (c *RunnerClient) do(ctx context.Context, ref *AttemptRef, in, out any, segs ...string) (int, error) {
+	return c.doWithKey(ctx, c.key(), ref, in, out, segs...)
+}
+
+func (c *RunnerClient) doWithKey(ctx context.Context, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
+	if c.RunnerID == "" || len(key) != ed25519.PrivateKeySize {
+		return 0, errors.New("runner client has no runner id or key")
+	}
+	u, err := endpoint(c.BaseURL, nil, segs...)
+	if err != nil {
+		return 0, err
+	}
+	body, err := jsonBody(in)
+	if err != nil {
+		return 0, err
+	}
+	if body == nil {
+		body = []byte("{}")
+	}
+	req, err := newRequest(ctx, http.MethodPost, u, body)
+	if err != nil {
+		return 0, err
+	}
+	sr := protocol.SignedRequest{
+		Method: req.Method,
+		// Sign what goes on the wire: the escaped path and raw query of the
+		// request line.
+		Path:      req.URL.EscapedPath(),
+		RawQuery:  req.URL.RawQuery,
+		Timestamp: strconv.FormatInt(c.now().Unix(), 10),
+		Nonce:     NewNonce(),
+		Runner:    c.RunnerID,
+		Body:      body,
+	}
+	if ref != nil {
+		sr.Run, sr.Attempt, sr.Lease = ref.RunID, ref.AttemptID, ref.LeaseToken
+	}
+	sig, err := protocol.Sign(key, &sr)
+	if err != nil {
+		return 0, fmt.Errorf("sign request: %w", err)
+	}
+	h := req.Header
+	h.Set(protocol.HeaderRunner, sr.Runner)
+	h.Set(protocol.HeaderTimestamp, sr.Timestamp)
+	h.Set(protocol.HeaderNonce, sr.Nonce)
+	if ref != nil {
+		h.Set(protocol.HeaderRun, sr.Run)
+		h.Set(protocol.HeaderAttempt, sr.Attempt)
+		h.Set(protocol.HeaderLease, sr.Lease)
+	}
+	h.Set(protocol.HeaderSignature, sig)
+	return send(c.HTTP, req, out)
+}
+
+// Register registers a runner with a single-use registration token (bearer,
+// unsigned). It needs only BaseURL (and HTTP); store the returned RunnerID.
+// A lost answer cannot be retried: the token is spent.
+func (c *RunnerClient) Register(ctx context.Context, regToken string, req protocol.RegisterRequest) (*protocol.RegisterResponse, error) {
+	u, err := endpoint(c.BaseURL, nil, "v1", "runner", "register")
+	if err != nil {
+		return nil, err
+	}
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	hr, err := newRequest(ctx, http.MethodPost, u, body)
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Authorization", "Bearer "+regToken)
+	var resp protocol.RegisterResponse
+	if _, err := send(c.HTTP, hr, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Heartbeat reports the runner's status and learns which attempts to cancel.
+func (c *RunnerClient) Heartbeat(ctx context.Context, req protocol.HeartbeatRequest) (*protocol.HeartbeatResponse, error) {
+	if req.Attempts == nil {
+		req.Attempts = []string{}
+	}
+	var resp protocol.HeartbeatResponse
+	if _, err := c.do(ctx, nil, req, &resp, "v1", "runner", "heartbeat"); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Claim long-polls for an assignment for up to waitSeconds (0..30). It
+// returns nil, nil when nothing was eligible. Retry a claim whose answer was
+// lost with the same requestID: the server then returns the same assignment
+// instead of leasing a second one.
+func (c *RunnerClient) Claim(ctx context.Context, waitSeconds int, requestID string) (*protocol.Assignment, error) {
+	if waitSeconds < 0 || waitSeconds > MaxClaimWait {
+		return nil, fmt.Errorf("claim wait %d s is outside 0..%d", waitSeconds, MaxClaimWait)
+	}
+	if c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(waitSeconds)*time.Second {
+		return nil, fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", c.HTTP.Timeout, waitSeconds)
+	}
+	var a protocol.Assignment
+	status, err := c.do(ctx, nil, protocol.ClaimRequest{WaitSeconds: waitSeconds, RequestID: requestID}, &a, "v1", "runner", "claim")
+	if err != nil {
+		return nil, err
+	}
+	if status == http.StatusNoContent || a.AttemptID == "" {
+		return nil, nil
+	}
+	return &a, nil
+}
+
+// Renew extends the attempt's lease; the answer also says whether the run's
+// cancellation was requested.
+func (c *RunnerClient) Renew(ctx context.Context, ref AttemptRef) (*protocol.RenewResponse, error) {
+	var resp protocol.RenewResponse
+	if _, err := c.do(ctx, &ref, struct{}{}, &resp, "v1", "runner", "attempt", "renew"); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Logs sends one chunk of log lines. Resending a chunk with the same Seq is
+// harmless: the server ignores it.
+func (c *RunnerClient) Logs(ctx context.Context, ref AttemptRef, req protocol.LogsRequest) error {
+	_, err := c.do(ctx, &ref, req, nil, "v1", "runner", "attempt", "logs")
+	return err
+}
+
+// Relinquish gives the attempt back; the run gets a fresh attempt that does
+// not count as a retry.
+func (c *RunnerClient) Relinquish(ctx context.Context, ref AttemptRef, reason string) error {
+	_, err := c.do(ctx, &ref, protocol.RelinquishRequest{Reason: reason}, nil, "v1", "runner", "attempt", "relinquish")
+	return err
+}
+
+// Result reports the attempt's outcome. Retry with the same RequestID until
+// it is accepted; the same result again is answered 200.
+func (c *RunnerClient) Result(ctx context.Context, ref AttemptRef, req protocol.ResultRequest) (*protocol.ResultResponse, error) {
+	if req.Artifacts == nil {
+		req.Artifacts = []string{}
+	}
+	var resp protocol.ResultResponse
+	if _, err := c.do(ctx, &ref, req, &resp, "v1", "runner", "attempt", "result"); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// RotateKey replaces the runner's key: the request is signed with the current
+// key and carries newKey's public half. On success the client signs with
+// newKey from then on (the old key stops working at once on the server), so
+// the caller must persist newKey before calling, or it may lose the runner's
+// identity on a crash.
+func (c *RunnerClient) RotateKey(ctx context.Context, newKey ed25519.PrivateKey) error {
+	if len(newKey) != ed25519.PrivateKeySize {
+		return errors.New("new key is not an ed25519 private key")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock() // no other request may sign with the old key meanwhile
+	pub := newKey.Public().(ed25519.PublicKey)
+	req := protocol.RotateKeyRequest{PublicKey: protocol.EncodeKey(pub)}
+	if _, err := c.doWithKey(ctx, c.Key, nil, req, nil, "v1", "runner", "keys"); err != nil {
+		return err
+	}
+	c.Key = newKey
+	return nil
+}

@@ -1,0 +1,193 @@
+package authn
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// DefaultSkew is the signed-request clock tolerance.
+const DefaultSkew = 60 * time.Second
+
+// Digest is the stored form of a bearer secret.
+func Digest(secret string) string {
+	s := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(s[:])
+}
+
+// Store is what authn needs of the database.
+type Store interface {
+	APITokenGetByDigest(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error)
+	NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error
+	RunnerGetByID(ctx context.Context, id string, forUpdate bool) (*store.Runner, error)
+	RunnerTouch(ctx context.Context, id string, now *time.Time) error
+}
+
+// Authenticator checks API tokens and runner signatures.
+type Authenticator struct {
+	Store Store
+	Clock clock.Clock
+	// Skew is the accepted distance between a runner's timestamp and server
+	// time; nonces are kept for twice as long.
+	Skew time.Duration
+}
+
+// BearerToken extracts the token of an Authorization: Bearer header.
+func BearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(p):]), true
+}
+
+// Principal authenticates an API token.
+func (a *Authenticator) Principal(ctx context.Context, r *http.Request) (*store.Principal, error) {
+	tok, ok := BearerToken(r)
+	if !ok {
+		return nil, fmt.Errorf("missing bearer token: %w", protocol.ErrUnauthorized)
+	}
+	t, p, err := a.Store.APITokenGetByDigest(ctx, Digest(tok))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("unknown token: %w", protocol.ErrUnauthorized)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up token: %w: %w", protocol.ErrUnavailable, err)
+	}
+	now := a.Clock.Now()
+	if t.RevokedAt != nil || (t.ExpiresAt != nil && !now.Before(*t.ExpiresAt)) {
+		return nil, fmt.Errorf("token expired or revoked: %w", protocol.ErrUnauthorized)
+	}
+	return p, nil
+}
+
+// SignedCall is a verified runner request.
+type SignedCall struct {
+	Runner  *store.Runner
+	Run     string
+	Attempt string
+	Lease   string
+	Body    []byte
+}
+
+// ReadBody reads at most protocol.MaxBodyBytes; more is ErrTooLarge after
+// reading at most one byte past the limit.
+func ReadBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > protocol.MaxBodyBytes {
+		return nil, fmt.Errorf("body of %d bytes: %w", r.ContentLength, protocol.ErrTooLarge)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, protocol.MaxBodyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", protocol.ErrBadRequest)
+	}
+	if len(b) > protocol.MaxBodyBytes {
+		return nil, fmt.Errorf("body over %d bytes: %w", protocol.MaxBodyBytes, protocol.ErrTooLarge)
+	}
+	return b, nil
+}
+
+// RawPath is the request path exactly as the client sent it.
+func RawPath(r *http.Request) (path, query string) {
+	u := r.RequestURI
+	if u == "" { // a request built in-process rather than read off the wire
+		return r.URL.EscapedPath(), r.URL.RawQuery
+	}
+	path, query, _ = strings.Cut(u, "?")
+	return path, query
+}
+
+// VerifyRunner authenticates a signed runner request and consumes its nonce.
+func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*SignedCall, error) {
+	body, err := ReadBody(r)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(why string) error { return fmt.Errorf("%s: %w", why, protocol.ErrSignatureInvalid) }
+	h := r.Header
+	runnerID := h.Get(protocol.HeaderRunner)
+	ts := h.Get(protocol.HeaderTimestamp)
+	nonce := h.Get(protocol.HeaderNonce)
+	sig := h.Get(protocol.HeaderSignature)
+	if runnerID == "" || ts == "" || nonce == "" || sig == "" {
+		return nil, bad("missing signature headers")
+	}
+	for _, k := range []string{protocol.HeaderRunner, protocol.HeaderTimestamp, protocol.HeaderNonce, protocol.HeaderSignature, protocol.HeaderRun, protocol.HeaderAttempt, protocol.HeaderLease} {
+		if len(h.Values(k)) > 1 {
+			return nil, bad("repeated header " + k)
+		}
+	}
+	if !protocol.ValidNonce(nonce) {
+		return nil, bad("malformed nonce")
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || strconv.FormatInt(sec, 10) != ts {
+		return nil, bad("malformed timestamp")
+	}
+	path, query := RawPath(r)
+	if protocol.CheckPath(path) != nil {
+		return nil, bad("path is not canonical")
+	}
+	runner, err := a.Store.RunnerGetByID(ctx, runnerID, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, bad("unknown runner")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up runner: %w: %w", protocol.ErrUnavailable, err)
+	}
+	pub, err := protocol.DecodePublicKey(runner.PublicKey)
+	if err != nil {
+		return nil, bad("runner key unusable")
+	}
+	call := &SignedCall{
+		Runner:  runner,
+		Run:     h.Get(protocol.HeaderRun),
+		Attempt: h.Get(protocol.HeaderAttempt),
+		Lease:   h.Get(protocol.HeaderLease),
+		Body:    body,
+	}
+	req := &protocol.SignedRequest{
+		Method: r.Method, Path: path, RawQuery: query, Timestamp: ts, Nonce: nonce,
+		Runner: runnerID, Run: call.Run, Attempt: call.Attempt, Lease: call.Lease, Body: body,
+	}
+	if !protocol.Verify(pub, req, sig) {
+		return nil, bad("signature does not verify")
+	}
+	skew := a.Skew
+	if skew <= 0 {
+		skew = DefaultSkew
+	}
+	now := a.Clock.Now()
+	stamp := time.Unix(sec, 0)
+	if d := now.Sub(stamp); d > skew || d < -skew {
+		return nil, fmt.Errorf("timestamp %d is %s from server time: %w", sec, d.Round(time.Second), protocol.ErrTimestampSkew)
+	}
+	// A replay is possible until its timestamp leaves the window, which is at
+	// most 2×skew after now; keep the nonce a little longer than that.
+	err = a.Store.NonceInsert(ctx, runnerID, nonce, now.Add(2*skew+time.Second).UTC())
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return nil, fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
+	}
+	if err != nil {
+		// Fail closed: a request whose nonce could not be recorded is refused.
+		return nil, fmt.Errorf("record nonce: %w: %w", protocol.ErrUnavailable, err)
+	}
+	if runner.Status != store.RunnerActive {
+		return nil, fmt.Errorf("runner %s is disabled: %w", runner.ID, protocol.ErrRunnerDisabled)
+	}
+	if err := a.Store.RunnerTouch(ctx, runner.ID, a.Clock.NowOrNil()); err != nil {
+		return nil, fmt.Errorf("touch runner: %w: %w", protocol.ErrUnavailable, err)
+	}
+	return call, nil
+}

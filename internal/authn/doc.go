@@ -1,0 +1,10 @@
+// Package authn turns credentials into identities: API bearer tokens into
+// principals, and Ed25519-signed runner requests into verified calls.
+//
+// Runner verification follows PROTOCOL.md's order exactly and fails closed:
+// signature (which needs the runner's registered key) → timestamp skew →
+// nonce replay (a durable unique row, so exactly one of N concurrent copies
+// wins and a restart forgets nothing) → runner disabled. The path that is
+// verified is the raw path as sent, and only paths that every layer reads the
+// same way are accepted, so the route dispatched is the route signed.
+package authn

@@ -1,0 +1,107 @@
+package catalog
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const decideGroups = `groups:
+  operators: {members: [alice, bob]}
+  contractors: {members: [mallory]}
+`
+
+const decidePolicyA = `rules:
+  - id: anyone-hello
+    jobs: [hello]
+    users: ["*"]
+  - id: ops-backfill-staging
+    jobs: ["backfill-*"]
+    channels: [staging]
+    groups: [operators]
+`
+
+const decidePolicyB = `rules:
+  - id: contractors-everything
+    jobs: ["*"]
+    groups: [contractors]
+  - id: no-prod-contractors
+    effect: deny
+    jobs: ["*"]
+    channels: [prod]
+    groups: [contractors]
+  - id: carol-report
+    jobs: [report]
+    users: [carol]
+`
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+
+	c := mustParse(t, files("groups.yaml", decideGroups, "policies/a.yaml", decidePolicyA, "policies/b.yaml", decidePolicyB))
+	tests := []struct {
+		name    string
+		req     Request
+		allowed bool
+		rule    string
+	}{
+		{"users star", Request{Job: "hello", Channel: "prod", Actor: "zed"}, true, "anyone-hello"},
+		{"users star needs an actor", Request{Job: "hello", Channel: "prod"}, false, ""},
+		{"glob and group", Request{Job: "backfill-account", Channel: "staging", Actor: "alice"}, true, "ops-backfill-staging"},
+		{"channel filter", Request{Job: "backfill-account", Channel: "prod", Actor: "alice"}, false, ""},
+		{"glob does not match", Request{Job: "backfill", Channel: "staging", Actor: "alice"}, false, ""},
+		{"not in group", Request{Job: "backfill-account", Channel: "staging", Actor: "carol"}, false, ""},
+		{"named user", Request{Job: "report", Channel: "prod", Actor: "carol"}, true, "carol-report"},
+		{"allow where no deny", Request{Job: "report", Channel: "staging", Actor: "mallory"}, true, "contractors-everything"},
+		{"deny wins", Request{Job: "report", Channel: "prod", Actor: "mallory"}, false, "no-prod-contractors"},
+		{"deny wins over users star", Request{Job: "hello", Channel: "prod", Actor: "mallory"}, false, "no-prod-contractors"},
+		{"default deny", Request{Job: "other", Channel: "prod", Actor: "alice"}, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := c.Decide(tt.req)
+			require.Equal(t, tt.allowed, got.Allowed, "Decide(%+v) = %+v", tt.req, got)
+			require.Equal(t, tt.rule, got.Rule, "Decide(%+v) = %+v", tt.req, got)
+			require.Len(t, got.Rules, 5, "every rule is traced")
+			require.NotEmpty(t, got.Explanation)
+		})
+	}
+}
+
+func TestDecideTrace(t *testing.T) {
+	t.Parallel()
+
+	c := mustParse(t, files("groups.yaml", decideGroups, "policies/b.yaml", decidePolicyB, "policies/a.yaml", decidePolicyA))
+	got := c.Decide(Request{Job: "backfill-account", Channel: "prod", Actor: "bob", ActorKind: "user"})
+	require.False(t, got.Allowed)
+	require.Equal(t, "denied: no rule allows bob to run job backfill-account in channel prod", got.Explanation)
+	require.Equal(t, []RuleTrace{
+		{ID: "anyone-hello", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "job backfill-account not in [hello]"},
+		{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Reason: "channel prod not in [staging]"},
+		{ID: "contractors-everything", File: "policies/b.yaml", Line: 2, Effect: "allow", Reason: "actor bob is not in groups [contractors] or users []"},
+		{ID: "no-prod-contractors", File: "policies/b.yaml", Line: 5, Effect: "deny", Reason: "actor bob is not in groups [contractors] or users []"},
+		{ID: "carol-report", File: "policies/b.yaml", Line: 10, Effect: "allow", Reason: "job backfill-account not in [report]"},
+	}, got.Rules)
+
+	got = c.Decide(Request{Job: "backfill-x", Channel: "staging", Actor: "bob"})
+	require.True(t, got.Allowed)
+	require.Equal(t, "allowed: rule ops-backfill-staging (policies/a.yaml:5) allows bob to run job backfill-x in channel staging", got.Explanation)
+	require.Equal(t, RuleTrace{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Matched: true, Reason: "actor bob is in group operators"}, got.Rules[1])
+
+	raw, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"rules":[{"id":"anyone-hello","file":"policies/a.yaml","line":2,"effect":"allow","matched":false,`)
+}
+
+func TestDecideEmpty(t *testing.T) {
+	t.Parallel()
+
+	var nilCat *Catalog
+	require.False(t, nilCat.Decide(Request{Job: "a", Actor: "b"}).Allowed)
+	c := mustParse(t, files())
+	got := c.Decide(Request{Job: "a", Channel: "prod", Actor: "b"})
+	require.False(t, got.Allowed)
+	require.Empty(t, got.Rules)
+}

@@ -1,0 +1,25 @@
+// Package catalog parses and validates a definitions repository (jobs, policies,
+// groups) into an immutable Catalog, and answers the questions the control plane
+// asks of it: does a job exist, are these parameters valid, may this actor run
+// this job in this channel.
+//
+// The package is pure: it reads no files, no clock and no network, so a catalog
+// is a function of the bytes of one commit and every decision it makes can be
+// replayed. Reading Git is the job of package gitsync.
+//
+// Parse reports every problem it finds, each with file, line and column, rather
+// than stopping at the first: a reviewer fixing a pull request wants the whole
+// list at once. A catalog with any error is not returned at all, so a
+// half-valid commit can never authorize anything.
+//
+// The YAML is walked as a syntax tree instead of being unmarshalled into
+// structs. That is what lets unknown keys, wrong types and out-of-range values
+// all be reported together with their positions, and it keeps hostile input
+// (alias bombs, deep nesting, huge files) under explicit budgets instead of
+// relying on the decoder's.
+//
+// Authorization in this version covers jobs, channels, groups and users. The
+// policy fields `when`, `hours`, `approval` and `grants` are parsed but rejected
+// by validation: the server cannot enforce them yet, and a rule that silently
+// ignored its condition would allow more than its author meant.
+package catalog

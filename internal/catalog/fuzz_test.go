@@ -1,0 +1,45 @@
+package catalog
+
+import (
+	"strings"
+	"testing"
+)
+
+func FuzzParse(f *testing.F) {
+	f.Add("jobs/hello.yaml", minimalJob)
+	f.Add("jobs/backfill-account.yaml", fullJob)
+	f.Add("groups.yaml", fullGroups)
+	f.Add("policies/a.yaml", decidePolicyA)
+	f.Add("policies/b.yaml", decidePolicyB)
+	f.Add("jobs/hello.yaml", "a: &a [*a]\n")
+	f.Add("jobs/hello.yaml", "name: !!binary aGk=\n")
+	f.Add("jobs/hello.yaml", "{{{{[[[[")
+	f.Add("jobs/hello.yaml", "? [a]\n: b\n")
+	f.Add("groups.yaml", "groups: {g: {attributes: {a: .inf, b: .nan, c: 0x10}}}\n")
+	f.Add("policies/x.yaml", "rules: [{id: x, jobs: ['['], users: [~]}]\n")
+	f.Add("jobs/hello.yaml", "name: hello\nparams: {type: object, properties: {a: {$ref: '#/x'}}}\nrun: {command: [x]}\n")
+	f.Add("jobs/hello.yaml", "\t- x\n")
+	f.Fuzz(func(t *testing.T, path, content string) {
+		c, errs := Parse(map[string][]byte{path: []byte(content)})
+		if c == nil && len(errs) == 0 {
+			t.Fatalf("Parse(%q) returned neither a catalog nor errors", content)
+		}
+		if c != nil && len(errs) > 0 {
+			t.Fatalf("Parse(%q) returned a catalog and errors", content)
+		}
+		if c != nil {
+			for _, j := range c.Jobs() {
+				_, _ = j.ValidateParams(nil)
+			}
+			_ = c.Decide(Request{Job: "hello", Channel: "prod", Actor: "alice"})
+		}
+		for _, e := range errs {
+			if strings.Contains(e.Message, "internal error") {
+				t.Fatalf("Parse(%q) hit a recovered panic: %v", content, e)
+			}
+			if e.File == "" || e.Message == "" {
+				t.Fatalf("error without file or message: %+v", e)
+			}
+		}
+	})
+}

@@ -1,0 +1,695 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/robfig/cron/v3"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Defaults and bounds of job fields.
+const (
+	DefaultPool        = "default"
+	DefaultTimeout     = time.Hour
+	DefaultLeaseTTL    = 30 * time.Second
+	MinLeaseTTL        = 2 * time.Second
+	MaxLeaseTTL        = time.Hour
+	DefaultMaxAttempts = 1
+	MaxMaxAttempts     = 100
+	DefaultBackoff     = 10 * time.Second
+
+	// MaxParamsSize bounds a run's params JSON, which ends up in the
+	// environment of a process.
+	MaxParamsSize = 64 << 10
+)
+
+// Job is one validated job definition.
+type Job struct {
+	Name        string   `json:"name"`
+	File        string   `json:"file"`
+	Description string   `json:"description,omitempty"`
+	Owners      []string `json:"owners,omitempty"`
+	Runbook     string   `json:"runbook,omitempty"`
+	// Params is the JSON Schema of the params object, as JSON; nil when the
+	// job takes no parameters.
+	Params     json.RawMessage   `json:"params,omitempty"`
+	Run        Run               `json:"run"`
+	RunsOn     RunsOn            `json:"runs_on"`
+	Leases     []Lease           `json:"leases,omitempty"`
+	Retries    Retries           `json:"retries"`
+	Connectors map[string]string `json:"connectors,omitempty"`
+	Artifacts  []Artifact        `json:"artifacts,omitempty"`
+	Schedule   *Schedule         `json:"schedule,omitempty"`
+
+	schema   *jsonschema.Schema
+	defaults map[string]any
+}
+
+// Run is how an attempt executes.
+type Run struct {
+	Command  []string          `json:"command"`
+	Env      map[string]string `json:"env,omitempty"`
+	Timeout  time.Duration     `json:"timeout"`
+	LeaseTTL time.Duration     `json:"lease_ttl"`
+}
+
+// RunsOn selects the runners eligible for the job.
+type RunsOn struct {
+	Pool   string   `json:"pool"`
+	Labels []string `json:"labels,omitempty"`
+}
+
+// Lease is a mutual-exclusion key the run must hold. Its runtime is not part
+// of this package; only the shape is checked here.
+type Lease struct {
+	Key        string `json:"key"`
+	OnConflict string `json:"on_conflict"` // queue | reject
+	Limit      int    `json:"limit"`       // holders at once, ≥ 1
+	Once       bool   `json:"once,omitempty"`
+}
+
+// Retries is the attempt policy.
+type Retries struct {
+	MaxAttempts int           `json:"max_attempts"`
+	Backoff     time.Duration `json:"backoff"`
+}
+
+// Artifact is a file the run may upload.
+type Artifact struct {
+	Name     string `json:"name"`
+	Role     string `json:"role,omitempty"`
+	MaxBytes int64  `json:"max_bytes,omitempty"`
+}
+
+// Schedule requests the job periodically as principal "scheduler".
+type Schedule struct {
+	Cron    string          `json:"cron"`
+	TZ      string          `json:"tz"`
+	Channel string          `json:"channel"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	CatchUp string          `json:"catch_up"` // latest | none | all
+}
+
+var (
+	leasePlaceholderRe = regexp.MustCompile(`\{[^{}]*\}`)
+	leaseLiteralRe     = regexp.MustCompile(`^[A-Za-z0-9:._-]*$`)
+	artifactNameRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	envNameRe          = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
+	name := strings.TrimSuffix(strings.TrimPrefix(path, JobsDir), ".yaml")
+	if !jobNameRe.MatchString(name) {
+		d.errs = append(d.errs, Error{File: path, Message: fmt.Sprintf("job file name %q must match %s", name, jobNameRe)})
+		return
+	}
+	if broken {
+		return
+	}
+	if body == nil {
+		d.errs = append(d.errs, Error{File: path, Message: "empty job definition"})
+		return
+	}
+	j := &Job{
+		File:    path,
+		Run:     Run{Timeout: DefaultTimeout, LeaseTTL: DefaultLeaseTTL},
+		RunsOn:  RunsOn{Pool: DefaultPool},
+		Retries: Retries{MaxAttempts: DefaultMaxAttempts, Backoff: DefaultBackoff},
+	}
+	var scheduleNode ast.Node
+	var leaseKeys []ast.Node
+	present, ok := d.object(body, "", 0, map[string]func(ast.Node, string){
+		"name": func(v ast.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				j.Name = s
+				if s != name {
+					d.add(v, f, "must equal the file name %q", name)
+				}
+			}
+		},
+		"description": func(v ast.Node, f string) { j.Description, _ = d.str(v, f) },
+		"owners": func(v ast.Node, f string) {
+			items, _ := d.list(v, f)
+			for i, item := range items {
+				if s, ok := d.str(item, index(f, i)); ok {
+					j.Owners = append(j.Owners, s)
+					p.ref(d, s, item, index(f, i))
+				}
+			}
+		},
+		"runbook": func(v ast.Node, f string) { j.Runbook, _ = d.str(v, f) },
+		"params":  func(v ast.Node, f string) { j.parseParams(d, v, f) },
+		"run":     func(v ast.Node, f string) { j.parseRun(d, v, f) },
+		"runs_on": func(v ast.Node, f string) { j.parseRunsOn(d, v, f) },
+		"leases":  func(v ast.Node, f string) { leaseKeys = j.parseLeases(d, v, f) },
+		"retries": func(v ast.Node, f string) { j.parseRetries(d, v, f) },
+		"connectors": func(v ast.Node, f string) {
+			es, _ := d.entries(v, f, 1)
+			j.Connectors = map[string]string{}
+			for _, e := range es {
+				ff := join(f, e.key)
+				s, ok := "", false
+				if e.value == nil {
+					d.add(e.keyNode, ff, "must be read or write")
+				} else if s, ok = d.str(e.value, ff); ok && s != "read" && s != "write" {
+					d.add(e.value, ff, "must be read or write, got %q", s)
+				}
+				j.Connectors[e.key] = s
+			}
+		},
+		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },
+		"schedule":  func(v ast.Node, f string) { scheduleNode = v },
+	})
+	if !ok {
+		return
+	}
+	if !present["name"] {
+		d.add(body, "name", "is required")
+	}
+	if !present["run"] {
+		d.add(body, "run", "is required")
+	}
+	j.checkLeaseKeys(d, leaseKeys)
+	if scheduleNode != nil {
+		j.parseSchedule(d, scheduleNode, "schedule")
+	}
+	p.cat.jobs[name] = j
+}
+
+func (j *Job) parseRun(d *decoder, n ast.Node, field string) {
+	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+		"command": func(v ast.Node, f string) {
+			items, ok := d.list(v, f)
+			if !ok {
+				return
+			}
+			if len(items) == 0 {
+				d.add(v, f, "must not be empty")
+			}
+			for i, item := range items {
+				if s, ok := d.str(item, index(f, i)); ok {
+					if i == 0 && s == "" {
+						d.add(item, index(f, i), "program must not be empty")
+					}
+					j.Run.Command = append(j.Run.Command, s)
+				}
+			}
+		},
+		"env": func(v ast.Node, f string) {
+			j.Run.Env = d.strMap(v, f, 2)
+			es, _ := d.entries(v, f, 2)
+			for _, e := range es {
+				if !envNameRe.MatchString(e.key) {
+					d.add(e.keyNode, join(f, e.key), "environment variable names must match %s", envNameRe)
+				} else if strings.HasPrefix(e.key, "JOBPLANE_") {
+					d.add(e.keyNode, join(f, e.key), "the JOBPLANE_ prefix is reserved for variables set by jobplane")
+				}
+			}
+		},
+		"timeout": func(v ast.Node, f string) {
+			if t, ok := d.duration(v, f); ok {
+				j.Run.Timeout = t
+				if t <= 0 {
+					d.add(v, f, "must be greater than 0")
+				}
+			}
+		},
+		"lease_ttl": func(v ast.Node, f string) {
+			if t, ok := d.duration(v, f); ok {
+				j.Run.LeaseTTL = t
+				if t < MinLeaseTTL || t > MaxLeaseTTL {
+					d.add(v, f, "must be between %s and %s", MinLeaseTTL, MaxLeaseTTL)
+				}
+			}
+		},
+	})
+	if ok && !present["command"] {
+		d.add(n, join(field, "command"), "is required")
+	}
+}
+
+func (j *Job) parseRunsOn(d *decoder, n ast.Node, field string) {
+	d.object(n, field, 1, map[string]func(ast.Node, string){
+		"pool": func(v ast.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				if s == "" {
+					d.add(v, f, "must not be empty")
+					return
+				}
+				j.RunsOn.Pool = s
+			}
+		},
+		"labels": func(v ast.Node, f string) { j.RunsOn.Labels = d.strList(v, f) },
+	})
+}
+
+func (j *Job) parseRetries(d *decoder, n ast.Node, field string) {
+	d.object(n, field, 1, map[string]func(ast.Node, string){
+		"max_attempts": func(v ast.Node, f string) {
+			if i, ok := d.integer(v, f); ok {
+				if i < 1 || i > MaxMaxAttempts {
+					d.add(v, f, "must be between 1 and %d", MaxMaxAttempts)
+					return
+				}
+				j.Retries.MaxAttempts = int(i)
+			}
+		},
+		"backoff": func(v ast.Node, f string) {
+			if t, ok := d.duration(v, f); ok {
+				if t < 0 {
+					d.add(v, f, "must not be negative")
+					return
+				}
+				j.Retries.Backoff = t
+			}
+		},
+	})
+}
+
+// parseLeases returns the key node of each lease kept, for later checks.
+func (j *Job) parseLeases(d *decoder, n ast.Node, field string) []ast.Node {
+	var keys []ast.Node
+	items, _ := d.list(n, field)
+	for i, item := range items {
+		f := index(field, i)
+		l := Lease{OnConflict: "queue", Limit: 1}
+		var keyNode ast.Node
+		present, ok := d.object(item, f, 2, map[string]func(ast.Node, string){
+			"key": func(v ast.Node, f string) {
+				keyNode = v
+				if s, ok := d.str(v, f); ok {
+					l.Key = s
+					checkLeaseTemplate(d, v, f, s)
+				}
+			},
+			"on_conflict": func(v ast.Node, f string) {
+				if s, ok := d.str(v, f); ok {
+					if s != "queue" && s != "reject" {
+						d.add(v, f, "must be queue or reject, got %q", s)
+					}
+					l.OnConflict = s
+				}
+			},
+			"limit": func(v ast.Node, f string) {
+				if x, ok := d.integer(v, f); ok {
+					if x < 1 || x > 1_000_000 {
+						d.add(v, f, "must be between 1 and 1000000")
+						return
+					}
+					l.Limit = int(x)
+				}
+			},
+			"once": func(v ast.Node, f string) { l.Once, _ = d.boolean(v, f) },
+		})
+		if !ok {
+			continue
+		}
+		if !present["key"] {
+			d.add(item, join(f, "key"), "is required")
+		}
+		j.Leases = append(j.Leases, l)
+		keys = append(keys, keyNode)
+	}
+	return keys
+}
+
+// checkLeaseTemplate checks what can be checked before parameters are known:
+// the placeholders are known ones and the literal text is allowed in a key.
+func checkLeaseTemplate(d *decoder, n ast.Node, field, key string) {
+	if key == "" {
+		d.add(n, field, "must not be empty")
+		return
+	}
+	literal := leasePlaceholderRe.ReplaceAllString(key, "")
+	if !leaseLiteralRe.MatchString(literal) {
+		d.add(n, field, "may contain only A-Z a-z 0-9 : . _ - and placeholders, got %q", key)
+	}
+	for _, ph := range leasePlaceholderRe.FindAllString(key, -1) {
+		name := ph[1 : len(ph)-1]
+		switch {
+		case name == "channel", name == "job", name == "window.date", name == "window.hour":
+		case strings.HasPrefix(name, "params.") && len(name) > len("params."):
+		default:
+			d.add(n, field, "unknown placeholder %s (use {params.X}, {channel}, {job}, {window.date} or {window.hour})", ph)
+		}
+	}
+}
+
+// checkLeaseKeys catches {params.X} naming a parameter the schema does not
+// declare, which would otherwise fail every request at run time.
+func (j *Job) checkLeaseKeys(d *decoder, keys []ast.Node) {
+	var props map[string]any
+	if j.Params != nil {
+		var schema map[string]any
+		if json.Unmarshal(j.Params, &schema) == nil {
+			props, _ = schema["properties"].(map[string]any)
+		}
+	}
+	for i, l := range j.Leases {
+		for _, ph := range leasePlaceholderRe.FindAllString(l.Key, -1) {
+			name, ok := strings.CutPrefix(ph[1:len(ph)-1], "params.")
+			if !ok {
+				continue
+			}
+			if _, declared := props[name]; !declared {
+				d.add(keys[i], index("leases", i)+".key", "placeholder %s names no property of params", ph)
+			}
+		}
+	}
+}
+
+func (j *Job) parseArtifacts(d *decoder, n ast.Node, field string) {
+	items, _ := d.list(n, field)
+	seen := map[string]bool{}
+	for i, item := range items {
+		f := index(field, i)
+		var a Artifact
+		var nameNode ast.Node
+		present, ok := d.object(item, f, 2, map[string]func(ast.Node, string){
+			"name": func(v ast.Node, f string) {
+				nameNode = v
+				if s, ok := d.str(v, f); ok {
+					a.Name = s
+					if !artifactNameRe.MatchString(s) {
+						d.add(v, f, "must match %s", artifactNameRe)
+					}
+				}
+			},
+			"role": func(v ast.Node, f string) { a.Role, _ = d.str(v, f) },
+			"max_bytes": func(v ast.Node, f string) {
+				if x, ok := d.integer(v, f); ok {
+					if x < 1 {
+						d.add(v, f, "must be greater than 0")
+					}
+					a.MaxBytes = x
+				}
+			},
+		})
+		if !ok {
+			continue
+		}
+		if !present["name"] {
+			d.add(item, join(f, "name"), "is required")
+		} else if seen[a.Name] {
+			d.add(nameNode, join(f, "name"), "duplicate artifact name %q", a.Name)
+		}
+		seen[a.Name] = true
+		j.Artifacts = append(j.Artifacts, a)
+	}
+}
+
+func (j *Job) parseSchedule(d *decoder, n ast.Node, field string) {
+	s := &Schedule{TZ: "UTC", CatchUp: "latest"}
+	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+		"cron": func(v ast.Node, f string) {
+			if c, ok := d.str(v, f); ok {
+				s.Cron = c
+				// A TZ prefix would make the parser load zone files; the
+				// zone has its own field.
+				if strings.Contains(c, "TZ=") {
+					d.add(v, f, "set the time zone with schedule.tz, not in the expression")
+				} else if _, err := cron.ParseStandard(c); err != nil {
+					d.add(v, f, "invalid cron expression: %v", err)
+				}
+			}
+		},
+		"tz": func(v ast.Node, f string) {
+			if tz, ok := d.str(v, f); ok {
+				if tz == "" {
+					d.add(v, f, "must not be empty")
+				}
+				s.TZ = tz
+			}
+		},
+		"channel": func(v ast.Node, f string) { s.Channel, _ = d.str(v, f) },
+		"params": func(v ast.Node, f string) {
+			x, ok := d.value(v, f, 2)
+			if !ok {
+				return
+			}
+			raw, err := json.Marshal(x)
+			if err != nil {
+				d.add(v, f, "cannot encode params: %v", err)
+				return
+			}
+			norm, err := j.ValidateParams(raw)
+			var pe *ParamsError
+			if errors.As(err, &pe) {
+				target := v
+				if pe.Field != "" {
+					target = d.lookup(v, strings.Split(pe.Field, "/"))
+				}
+				d.add(target, f, "%s", err.Error())
+				return
+			}
+			s.Params = norm
+		},
+		"catch_up": func(v ast.Node, f string) {
+			if c, ok := d.str(v, f); ok {
+				if c != "latest" && c != "none" && c != "all" {
+					d.add(v, f, "must be latest, none or all, got %q", c)
+				}
+				s.CatchUp = c
+			}
+		},
+	})
+	if !ok {
+		return
+	}
+	if !present["cron"] {
+		d.add(n, join(field, "cron"), "is required")
+	}
+	if !present["channel"] || s.Channel == "" {
+		d.add(n, join(field, "channel"), "is required")
+	}
+	if !present["params"] && j.schema != nil {
+		if norm, err := j.ValidateParams(nil); err != nil {
+			d.add(n, join(field, "params"), "%s", err.Error())
+		} else {
+			s.Params = norm
+		}
+	}
+	j.Schedule = s
+}
+
+const schemaURL = "jobplane:///params.json"
+
+// refuseLoader keeps schema compilation pure: a $ref to a file or URL would
+// otherwise read the server's disk or network.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(u string) (any, error) {
+	return nil, fmt.Errorf("external references are not allowed: %s", u)
+}
+
+func (j *Job) parseParams(d *decoder, n ast.Node, field string) {
+	v, ok := d.value(n, field, 1)
+	if !ok {
+		return
+	}
+	obj, isObj := v.(map[string]any)
+	if !isObj {
+		d.add(n, field, "must be a JSON Schema mapping, got %s", kindOf(d.resolve(n, field)))
+		return
+	}
+	if t, has := obj["type"]; has && t != "object" {
+		d.add(d.lookup(n, []string{"type"}), join(field, "type"), "the params schema describes an object: type must be object")
+		return
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		d.add(n, field, "cannot encode schema: %v", err)
+		return
+	}
+	// Round-trip through JSON so numbers are json.Number, as the validator
+	// expects of documents, and defaults are what a JSON client would send.
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		d.add(n, field, "cannot encode schema: %v", err)
+		return
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(refuseLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		d.add(n, field, "invalid schema: %v", err)
+		return
+	}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		target, msg := schemaErrorAt(d, n, err)
+		d.add(target, field, "invalid schema: %s", msg)
+		return
+	}
+	j.Params = raw
+	j.schema = sch
+	if props, ok := doc.(map[string]any)["properties"].(map[string]any); ok {
+		for name, p := range props {
+			if pm, ok := p.(map[string]any); ok {
+				if def, ok := pm["default"]; ok {
+					if j.defaults == nil {
+						j.defaults = map[string]any{}
+					}
+					j.defaults[name] = def
+				}
+			}
+		}
+	}
+}
+
+// schemaErrorAt finds the schema node an error is about, so the error points
+// at the offending keyword's line rather than at "params:".
+func schemaErrorAt(d *decoder, n ast.Node, err error) (ast.Node, string) {
+	var sve *jsonschema.SchemaValidationError
+	if errors.As(err, &sve) {
+		var ve *jsonschema.ValidationError
+		if errors.As(sve.Err, &ve) {
+			leaf := firstLeaf(ve)
+			return d.lookup(n, leaf.InstanceLocation), leaf.ErrorKind.LocalizedString(printer)
+		}
+		return n, sve.Err.Error()
+	}
+	var rex *jsonschema.InvalidRegexError
+	if errors.As(err, &rex) {
+		return d.lookup(n, fragmentTokens(rex.URL)), fmt.Sprintf("invalid regular expression %q: %v", rex.Regex, rex.Err)
+	}
+	var lue *jsonschema.LoadURLError
+	if errors.As(err, &lue) {
+		return n, fmt.Sprintf("cannot resolve %s: external references are not allowed", lue.URL)
+	}
+	msg := strings.ReplaceAll(err.Error(), schemaURL, "params")
+	return n, msg
+}
+
+func fragmentTokens(u string) []string {
+	_, frag, ok := strings.Cut(u, "#")
+	if !ok {
+		return nil
+	}
+	frag = strings.TrimPrefix(frag, "/")
+	if frag == "" {
+		return nil
+	}
+	var out []string
+	for _, tok := range strings.Split(frag, "/") {
+		if t, err := url.PathUnescape(tok); err == nil {
+			tok = t
+		}
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		out = append(out, tok)
+	}
+	return out
+}
+
+var printer = message.NewPrinter(language.English)
+
+// firstLeaf picks the failing leaf with the smallest instance location, so the
+// error named is stable across runs (the validator's order is not specified).
+func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
+	var leaves []*jsonschema.ValidationError
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			leaves = append(leaves, e)
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	slices.SortStableFunc(leaves, func(a, b *jsonschema.ValidationError) int {
+		return strings.Compare(leafField(a), leafField(b))
+	})
+	return leaves[0]
+}
+
+func leafField(e *jsonschema.ValidationError) string {
+	loc := slices.Clone(e.InstanceLocation)
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		if len(k.Missing) > 0 {
+			loc = append(loc, slices.Min(k.Missing))
+		}
+	case *kind.AdditionalProperties:
+		if len(k.Properties) > 0 {
+			loc = append(loc, slices.Min(k.Properties))
+		}
+	}
+	return strings.Join(loc, "/")
+}
+
+// ValidateParams checks a run's params against the job's schema and returns
+// them normalized (compact JSON, keys sorted).
+//
+// Null or absent params mean {}. Before validating, every top-level property
+// of the schema that has a `default` and is absent from params is set to that
+// default: JSON Schema treats `default` as an annotation only, but job authors
+// write `dry_run: {default: true}` expecting the job to see dry_run=true, and
+// a safety default that silently did not apply would be worse than none.
+// Defaults of nested properties are not applied.
+//
+// A job without a params schema accepts only {}.
+func (j *Job) ValidateParams(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) > MaxParamsSize {
+		return nil, &ParamsError{Message: fmt.Sprintf("larger than %d bytes", MaxParamsSize)}
+	}
+	trimmed := bytes.TrimSpace(raw)
+	obj := map[string]any{}
+	if len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(trimmed))
+		if err != nil {
+			return nil, &ParamsError{Message: "invalid JSON: " + err.Error()}
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, &ParamsError{Message: "must be a JSON object"}
+		}
+		obj = m
+	}
+	if j.schema == nil {
+		if len(obj) > 0 {
+			keys := slices.Sorted(maps.Keys(obj))
+			return nil, &ParamsError{Field: keys[0], Message: fmt.Sprintf("job %s takes no params", j.Name)}
+		}
+		return json.RawMessage("{}"), nil
+	}
+	for k, def := range j.defaults {
+		if _, ok := obj[k]; !ok {
+			obj[k] = def
+		}
+	}
+	if err := j.schema.Validate(obj); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, &ParamsError{Message: err.Error()}
+		}
+		leaf := firstLeaf(ve)
+		msg := leaf.ErrorKind.LocalizedString(printer)
+		switch leaf.ErrorKind.(type) {
+		case *kind.Required:
+			msg = "is required"
+		case *kind.AdditionalProperties:
+			msg = "is not allowed"
+		}
+		return nil, &ParamsError{Field: leafField(leaf), Message: msg}
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, &ParamsError{Message: err.Error()}
+	}
+	return out, nil
+}

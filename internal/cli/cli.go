@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/config"
+)
+
+// Globals are what every command receives.
+type Globals struct {
+	Ctx    context.Context
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// ClientFlags select the server for client verbs.
+type ClientFlags struct {
+	Server string `help:"Server URL (default: $JOBPLANE_SERVER, else ./.jobplane/cli.json)." placeholder:"URL"`
+	Token  string `help:"API token (default: $JOBPLANE_TOKEN, else ./.jobplane/cli.json)." placeholder:"TOKEN"`
+	JSON   bool   `help:"Print JSON for scripts." name:"json"`
+}
+
+func (f *ClientFlags) client() (*apiclient.Client, error) {
+	c, err := config.LoadClient(f.Server, f.Token)
+	if err != nil {
+		return nil, err
+	}
+	return &apiclient.Client{BaseURL: strings.TrimRight(c.Server, "/"), Token: c.Token, HTTP: &http.Client{Timeout: 0}}, nil
+}
+
+type cliRoot struct {
+	Server     ServerCmd     `cmd:"" help:"Run the control plane."`
+	Worker     WorkerCmd     `cmd:"" help:"Run an execution agent that claims and runs jobs."`
+	Dev        DevCmd        `cmd:"" help:"Run a server, a local worker and an example definitions repository, for a first try."`
+	Run        RunCmd        `cmd:"" help:"Request a run of a job."`
+	Runs       RunsCmd       `cmd:"" help:"List or show runs."`
+	Logs       LogsCmd       `cmd:"" help:"Print a run's log."`
+	Cancel     CancelCmd     `cmd:"" help:"Cancel a run."`
+	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
+	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
+	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
+	Version    VersionCmd    `cmd:"" help:"Print the version."`
+}
+
+// Version is set at build time.
+var Version = "dev"
+
+// VersionCmd prints the version.
+type VersionCmd struct{}
+
+// Run prints the version.
+func (VersionCmd) Run(g *Globals) error {
+	fmt.Fprintln(g.Stdout, "jobplane", Version)
+	return nil
+}
+
+// ExitError carries a process exit code (for `run --wait`).
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
+
+// Main runs the command line and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var root cliRoot
+	exit := -1
+	parser, err := kong.New(&root,
+		kong.Name("jobplane"),
+		kong.Description("jobplane: a job control plane. Runs with identity, leases, per-run authorization and Git-reviewed definitions."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { exit = code; panic(exitPanic{}) }),
+		kong.UsageOnError(),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "jobplane:", err)
+		return 2
+	}
+	code := func() (code int) {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(exitPanic); ok {
+					code = exit
+					return
+				}
+				panic(r)
+			}
+		}()
+		kctx, err := parser.Parse(args)
+		if err != nil {
+			fmt.Fprintln(stderr, "jobplane:", err)
+			return 2
+		}
+		err = kctx.Run(&Globals{Ctx: ctx, Stdout: stdout, Stderr: stderr})
+		var ee *ExitError
+		if errors.As(err, &ee) {
+			return ee.Code
+		}
+		if err != nil {
+			printErr(stderr, err)
+			return 1
+		}
+		return 0
+	}()
+	return code
+}
+
+type exitPanic struct{}
+
+func printErr(w io.Writer, err error) {
+	var ae *apiclient.APIError
+	if errors.As(err, &ae) {
+		p := ae.Problem
+		msg := p.Detail
+		if msg == "" {
+			msg = p.Title
+		}
+		fmt.Fprintf(w, "jobplane: %s (%s", msg, p.Code)
+		if p.Field != "" {
+			fmt.Fprintf(w, ", field %s", p.Field)
+		}
+		fmt.Fprintln(w, ")")
+		if p.Decision != nil {
+			b, _ := json.MarshalIndent(p.Decision, "  ", "  ")
+			fmt.Fprintf(w, "  decision: %s\n", b)
+		}
+		if p.RunID != "" {
+			fmt.Fprintf(w, "  run: %s\n", p.RunID)
+		}
+		return
+	}
+	fmt.Fprintln(w, "jobplane:", err)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func ago(t *time.Time, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return now.Sub(*t).Round(time.Second).String() + " ago"
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

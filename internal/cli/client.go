@@ -1,0 +1,461 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// RunCmd requests a run.
+type RunCmd struct {
+	ClientFlags
+	Job            string   `arg:"" help:"Job name."`
+	Param          []string `short:"p" help:"Parameter key=value (repeatable). Values that parse as JSON numbers, booleans, arrays or objects are sent as such; quote them to force a string, e.g. -p 'id=\"007\"'." placeholder:"KEY=VALUE"`
+	Channel        string   `default:"prod" help:"Channel to run in."`
+	Ref            string   `help:"Branch, for pattern channels."`
+	Reason         string   `help:"Why this run is requested (kept with the run)."`
+	IdempotencyKey string   `name:"idempotency-key" help:"Requests with the same key return the same run."`
+	Wait           bool     `help:"Follow the log; exit 0 only if the run succeeded."`
+}
+
+// parseParams turns key=value flags into a JSON object. A value is JSON when
+// it parses as JSON (number, boolean, null, array, object, quoted string),
+// else it is a string.
+func parseParams(kvs []string) (json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("-p %q: want key=value", kv)
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("-p %s given twice", k)
+		}
+		var probe any
+		if json.Unmarshal([]byte(v), &probe) == nil {
+			m[k] = json.RawMessage(v)
+		} else {
+			b, _ := json.Marshal(v)
+			m[k] = b
+		}
+	}
+	b, err := json.Marshal(m)
+	return b, err
+}
+
+// Run requests the run and optionally follows it.
+func (c *RunCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	params, err := parseParams(c.Param)
+	if err != nil {
+		return err
+	}
+	run, err := cl.CreateRun(g.Ctx, &protocol.RunRequest{Job: c.Job, Channel: c.Channel, Ref: c.Ref, Params: params, Reason: c.Reason, IdempotencyKey: c.IdempotencyKey})
+	if err != nil {
+		return err
+	}
+	if !c.Wait {
+		if c.JSON {
+			return printJSON(g.Stdout, run)
+		}
+		fmt.Fprintf(g.Stdout, "run %s %s (job %s, channel %s, commit %s)\n", run.ID, run.State, run.Job, run.Channel, short(run.Commit))
+		return nil
+	}
+	fmt.Fprintf(g.Stderr, "run %s %s (job %s, channel %s, commit %s)\n", run.ID, run.State, run.Job, run.Channel, short(run.Commit))
+	state, err := cl.FollowLogs(g.Ctx, run.ID, 0, func(l protocol.RunLogLine) error {
+		return printLine(g.Stdout, l, c.JSON)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Stderr, "run %s %s\n", run.ID, state)
+	if state != "succeeded" {
+		return &ExitError{Code: 1}
+	}
+	return nil
+}
+
+func printLine(w io.Writer, l protocol.RunLogLine, asJSON bool) error {
+	if asJSON {
+		b, _ := json.Marshal(l)
+		_, err := fmt.Fprintln(w, string(b))
+		return err
+	}
+	prefix := ""
+	switch l.Stream {
+	case "stderr":
+		prefix = "! "
+	case "system":
+		prefix = "# "
+	}
+	_, err := fmt.Fprintf(w, "%s%s\n", prefix, l.Text)
+	return err
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+// RunsCmd lists or shows runs.
+type RunsCmd struct {
+	List RunsListCmd `cmd:"" default:"withargs" help:"List runs, newest first."`
+	Show RunsShowCmd `cmd:"" help:"Show one run."`
+}
+
+// RunsListCmd lists runs.
+type RunsListCmd struct {
+	ClientFlags
+	Job    string `help:"Only this job."`
+	State  string `help:"Only runs in this state."`
+	Limit  int    `default:"20" help:"How many."`
+	Cursor string `help:"Continue after this cursor."`
+}
+
+// Run lists runs.
+func (c *RunsListCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	list, err := cl.ListRuns(g.Ctx, apiclient.ListRunsParams{Job: c.Job, State: c.State, Limit: c.Limit, Cursor: c.Cursor})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, list)
+	}
+	tw := tabwriter.NewWriter(g.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tJOB\tCHANNEL\tSTATE\tACTOR\tCREATED")
+	for _, r := range list.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Job, r.Channel, r.State, r.Actor, r.CreatedAt.Format(time.RFC3339))
+	}
+	tw.Flush()
+	if list.NextCursor != "" {
+		fmt.Fprintf(g.Stdout, "more: --cursor %s\n", list.NextCursor)
+	}
+	return nil
+}
+
+// RunsShowCmd shows a run.
+type RunsShowCmd struct {
+	ClientFlags
+	ID string `arg:"" help:"Run ID."`
+}
+
+// Run shows a run.
+func (c *RunsShowCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	r, err := cl.GetRun(g.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, r)
+	}
+	w := g.Stdout
+	fmt.Fprintf(w, "run       %s\nstate     %s\njob       %s\nchannel   %s (ref %s)\ncommit    %s\nactor     %s\n", r.ID, r.State, r.Job, r.Channel, r.Ref, r.Commit, r.Actor)
+	if r.Reason != "" {
+		fmt.Fprintf(w, "reason    %s\n", r.Reason)
+	}
+	fmt.Fprintf(w, "params    %s\ncreated   %s\n", r.Params, r.CreatedAt.Format(time.RFC3339))
+	if r.FinishedAt != nil {
+		fmt.Fprintf(w, "finished  %s (%s)\n", r.FinishedAt.Format(time.RFC3339), r.FinishedAt.Sub(r.CreatedAt).Round(time.Millisecond))
+	}
+	if r.CancelRequested {
+		fmt.Fprintln(w, "cancel    requested")
+	}
+	var d struct {
+		Allowed     bool   `json:"allowed"`
+		Explanation string `json:"explanation"`
+	}
+	if json.Unmarshal(r.Decision, &d) == nil && d.Explanation != "" {
+		fmt.Fprintf(w, "decision  %s\n", d.Explanation)
+	}
+	if len(r.Attempts) > 0 {
+		fmt.Fprintln(w, "attempts")
+		for _, a := range r.Attempts {
+			fmt.Fprintf(w, "  #%d %s %s runner=%s", a.Number, a.ID, a.State, orDash(a.Runner))
+			if a.ClaimedAt != nil {
+				fmt.Fprintf(w, " claimed=%s", a.ClaimedAt.Format(time.RFC3339))
+			}
+			if a.EndedAt != nil {
+				fmt.Fprintf(w, " ended=%s", a.EndedAt.Format(time.RFC3339))
+			}
+			if len(a.Result) > 0 && string(a.Result) != "null" {
+				fmt.Fprintf(w, " result=%s", a.Result)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// LogsCmd prints a run's log.
+type LogsCmd struct {
+	ClientFlags
+	ID     string `arg:"" help:"Run ID."`
+	Follow bool   `short:"f" help:"Follow until the run ends."`
+}
+
+// Run prints the log.
+func (c *LogsCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	if c.Follow {
+		_, err := cl.FollowLogs(g.Ctx, c.ID, 0, func(l protocol.RunLogLine) error { return printLine(g.Stdout, l, c.JSON) })
+		return err
+	}
+	var after int64
+	for {
+		page, err := cl.Logs(g.Ctx, c.ID, after)
+		if err != nil {
+			return err
+		}
+		for _, l := range page.Lines {
+			if err := printLine(g.Stdout, l, c.JSON); err != nil {
+				return err
+			}
+		}
+		if len(page.Lines) == 0 {
+			return nil
+		}
+		after = page.Next
+	}
+}
+
+// CancelCmd cancels a run.
+type CancelCmd struct {
+	ClientFlags
+	ID string `arg:"" help:"Run ID."`
+}
+
+// Run cancels.
+func (c *CancelCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	r, err := cl.CancelRun(g.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, r)
+	}
+	if r.State == "running" {
+		fmt.Fprintf(g.Stdout, "run %s: cancel requested; its runner stops it at the next renew\n", r.ID)
+	} else {
+		fmt.Fprintf(g.Stdout, "run %s %s\n", r.ID, r.State)
+	}
+	return nil
+}
+
+// RunnersCmd manages runners.
+type RunnersCmd struct {
+	Token   RunnersTokenCmd   `cmd:"" help:"Registration tokens."`
+	List    RunnersListCmd    `cmd:"" default:"withargs" help:"List runners."`
+	Disable RunnersDisableCmd `cmd:"" help:"Disable a runner: its leases expire at once."`
+	Enable  RunnersEnableCmd  `cmd:"" help:"Enable a runner."`
+}
+
+// RunnersTokenCmd groups registration token verbs.
+type RunnersTokenCmd struct {
+	Create RunnersTokenCreateCmd `cmd:"" help:"Create a single-use registration token."`
+}
+
+// RunnersTokenCreateCmd creates a registration token.
+type RunnersTokenCreateCmd struct {
+	ClientFlags
+	Pool       string        `default:"default" help:"Pool the runner will serve."`
+	Labels     []string      `help:"Labels the runner gets (comma-separated)." sep:","`
+	SelfHosted bool          `name:"self-hosted" help:"A customer-run runner: gets only repository and commit, never source tickets."`
+	TTL        time.Duration `default:"1h" help:"How long the token may be used."`
+}
+
+// Run creates the token.
+func (c *RunnersTokenCreateCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	resp, err := cl.CreateRegistrationToken(g.Ctx, protocol.RegistrationTokenRequest{Pool: c.Pool, Labels: c.Labels, SelfHosted: c.SelfHosted, TTLSeconds: int(c.TTL / time.Second)})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, resp)
+	}
+	fmt.Fprintln(g.Stdout, resp.Token)
+	if resp.ExpiresAt != nil {
+		fmt.Fprintf(g.Stderr, "single use, expires %s; start a worker with:\n  jobplane worker --server %s --registration-token %s\n", resp.ExpiresAt.Format(time.RFC3339), cl.BaseURL, resp.Token)
+	}
+	return nil
+}
+
+// RunnersListCmd lists runners.
+type RunnersListCmd struct {
+	ClientFlags
+}
+
+// Run lists.
+func (c *RunnersListCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	list, err := cl.ListRunners(g.Ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, list)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(g.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPOOL\tLABELS\tSTATUS\tLAST SEEN\tATTEMPTS")
+	for _, r := range list.Runners {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.Name, r.Pool, strings.Join(r.Labels, ","), r.Status, ago(r.LastSeenAt, now), len(r.Attempts))
+	}
+	return tw.Flush()
+}
+
+// RunnersDisableCmd disables a runner.
+type RunnersDisableCmd struct {
+	ClientFlags
+	ID string `arg:"" help:"Runner ID."`
+}
+
+// Run disables.
+func (c *RunnersDisableCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	if err := cl.DisableRunner(g.Ctx, c.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Stdout, "runner %s disabled; its leased attempts expired\n", c.ID)
+	return nil
+}
+
+// RunnersEnableCmd enables a runner.
+type RunnersEnableCmd struct {
+	ClientFlags
+	ID string `arg:"" help:"Runner ID."`
+}
+
+// Run enables.
+func (c *RunnersEnableCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	if err := cl.EnableRunner(g.Ctx, c.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Stdout, "runner %s enabled\n", c.ID)
+	return nil
+}
+
+// PrincipalsCmd manages principals.
+type PrincipalsCmd struct {
+	Create PrincipalsCreateCmd `cmd:"" help:"Create a principal; its groups come from groups.yaml in Git."`
+}
+
+// PrincipalsCreateCmd creates a principal.
+type PrincipalsCreateCmd struct {
+	ClientFlags
+	Name string `arg:"" help:"Principal name (matches names in groups.yaml)."`
+	Kind string `default:"user" enum:"user,service" help:"user or service."`
+}
+
+// Run creates the principal.
+func (c *PrincipalsCreateCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	p, err := cl.CreatePrincipal(g.Ctx, protocol.PrincipalRequest{Name: c.Name, Kind: c.Kind})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, p)
+	}
+	fmt.Fprintf(g.Stdout, "principal %s (%s) created; give it a token with: jobplane tokens create --principal %s\n", p.Name, p.Kind, p.Name)
+	return nil
+}
+
+// TokensCmd manages API tokens.
+type TokensCmd struct {
+	Create TokensCreateCmd `cmd:"" help:"Create an API token for a principal (shown once)."`
+	Revoke TokensRevokeCmd `cmd:"" help:"Revoke an API token."`
+}
+
+// TokensCreateCmd creates a token.
+type TokensCreateCmd struct {
+	ClientFlags
+	Principal string        `required:"" help:"Principal name."`
+	TTL       time.Duration `help:"Lifetime (default: no expiry)."`
+}
+
+// Run creates the token.
+func (c *TokensCreateCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	resp, err := cl.CreatePrincipalToken(g.Ctx, c.Principal, protocol.PrincipalTokenRequest{TTLSeconds: int(c.TTL / time.Second)})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(g.Stdout, resp)
+	}
+	fmt.Fprintln(g.Stdout, resp.Token)
+	fmt.Fprintf(g.Stderr, "token %s for %s; it is shown only once\n", resp.ID, c.Principal)
+	return nil
+}
+
+// TokensRevokeCmd revokes a token.
+type TokensRevokeCmd struct {
+	ClientFlags
+	ID string `arg:"" help:"Token ID."`
+}
+
+// Run revokes.
+func (c *TokensRevokeCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	if err := cl.RevokeToken(g.Ctx, c.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Stdout, "token %s revoked\n", c.ID)
+	return nil
+}

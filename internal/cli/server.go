@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/server"
+	"github.com/jobplane/jobplane/internal/worker"
+)
+
+// ServerCmd runs the control plane.
+type ServerCmd struct {
+	Listen      string   `default:"127.0.0.1:7420" help:"Address to listen on."`
+	DB          string   `name:"db" help:"sqlite:PATH (default: DATA-DIR/jobplane.db) or a postgres:// URL." placeholder:"DSN"`
+	Definitions string   `required:"" help:"Definitions repository: a path or file:// URL of a Git repository." placeholder:"REPO"`
+	Channel     []string `help:"Channel to branch mapping NAME=BRANCH (repeatable; default prod=main)." placeholder:"NAME=BRANCH"`
+	DataDir     string   `default:".jobplane" help:"Directory for the SQLite database and server state."`
+	PublicURL   string   `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
+	LogLevel    string   `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+}
+
+// Run starts the server and blocks until interrupted.
+func (c *ServerCmd) Run(g *Globals) error {
+	channels, err := config.ParseChannels(c.Channel)
+	if err != nil {
+		return err
+	}
+	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
+		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL}
+	log := newLogger(g.Stderr, c.LogLevel)
+	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	return serveUntilDone(g.Ctx, srv)
+}
+
+func serveUntilDone(ctx context.Context, srv *server.Server) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Stop(stopCtx)
+}
+
+// WorkerCmd runs an execution agent.
+type WorkerCmd struct {
+	Server            string   `required:"" env:"JOBPLANE_SERVER" help:"Server URL." placeholder:"URL"`
+	RegistrationToken string   `name:"registration-token" env:"JOBPLANE_REGISTRATION_TOKEN" help:"Single-use registration token (needed only for the first start)." placeholder:"TOKEN"`
+	Pool              string   `default:"default" help:"Pool to serve (fixed by the registration token)."`
+	Labels            []string `help:"Labels of this runner (comma-separated)." sep:","`
+	StateDir          string   `default:".jobplane-worker" help:"Directory for the runner's key and identity."`
+	Concurrency       int      `default:"1" help:"Attempts to run at once."`
+	Name              string   `help:"Runner name (default: host name)."`
+	LogLevel          string   `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+}
+
+// Run runs the worker until interrupted.
+func (c *WorkerCmd) Run(g *Globals) error {
+	name := c.Name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	w, err := worker.New(worker.Config{
+		Server: strings.TrimRight(c.Server, "/"), RegistrationToken: c.RegistrationToken, Pool: c.Pool,
+		Labels: c.Labels, StateDir: c.StateDir, Concurrency: c.Concurrency, Name: name, Version: Version,
+		Logger: newLogger(g.Stderr, c.LogLevel), Clock: clock.Real{},
+	})
+	if err != nil {
+		return err
+	}
+	err = w.Run(g.Ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// DevCmd runs everything needed for a first try on one machine.
+type DevCmd struct {
+	Listen      string `default:"127.0.0.1:7420" help:"Address to listen on."`
+	DataDir     string `default:".jobplane" help:"Directory for all dev state."`
+	Definitions string `help:"Definitions repository (default: an example repository created under DATA-DIR)." placeholder:"REPO"`
+	LogLevel    string `default:"warn" enum:"debug,info,warn,error" help:"Log level."`
+}
+
+// Run starts the dev environment.
+func (c *DevCmd) Run(g *Globals) error {
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return err
+	}
+	defs := c.Definitions
+	if defs == "" {
+		defs = filepath.Join(c.DataDir, "definitions")
+		if _, err := os.Stat(filepath.Join(defs, ".git")); errors.Is(err, os.ErrNotExist) {
+			if _, err := gitsync.InitRepo(defs, "main", gitsync.ExampleFiles(), "Example jobplane definitions"); err != nil {
+				return fmt.Errorf("create example definitions repository: %w", err)
+			}
+		}
+	}
+	token, err := devToken(c.DataDir)
+	if err != nil {
+		return err
+	}
+	log := newLogger(g.Stderr, c.LogLevel)
+	srv, err := server.Start(g.Ctx, config.Server{
+		Listen: c.Listen, DataDir: c.DataDir, Definitions: defs,
+		Channels: map[string]string{"prod": "main"}, AdminToken: token,
+	}, server.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := config.WriteClient(c.DataDir, config.Client{Server: srv.URL(), Token: token}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(g.Ctx)
+	defer cancel()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- c.runWorker(ctx, srv.URL(), token, log) }()
+
+	fmt.Fprintf(g.Stdout, `jobplane dev is running at %s
+  data:        %s
+  definitions: %s (channel prod = branch main)
+  admin token: in %s
+
+Next, in another terminal in this directory:
+  jobplane run hello --wait                 request a run and follow its log
+  jobplane run hello -p name=you --wait     with a parameter
+  jobplane runs                             list runs
+Stop with Ctrl-C.
+`, srv.URL(), c.DataDir, defs, filepath.Join(c.DataDir, config.ClientFile))
+	err = serveUntilDone(g.Ctx, srv)
+	cancel()
+	select {
+	case <-workerDone:
+	case <-time.After(10 * time.Second):
+	}
+	return err
+}
+
+func (c *DevCmd) runWorker(ctx context.Context, url, token string, log interface{ Warn(string, ...any) }) error {
+	stateDir := filepath.Join(c.DataDir, "worker")
+	regToken := ""
+	if _, err := os.Stat(filepath.Join(stateDir, "runner.json")); errors.Is(err, os.ErrNotExist) {
+		cl := &apiclient.Client{BaseURL: url, Token: token, HTTP: http.DefaultClient}
+		resp, err := cl.CreateRegistrationToken(ctx, protocol.RegistrationTokenRequest{Pool: "default", TTLSeconds: 600})
+		if err != nil {
+			log.Warn("dev: create registration token", "err", err)
+			return err
+		}
+		regToken = resp.Token
+	}
+	w, err := worker.New(worker.Config{
+		Server: url, RegistrationToken: regToken, Pool: "default", StateDir: stateDir,
+		Concurrency: 4, Name: "dev-worker", Version: Version, Clock: clock.Real{},
+		Logger: newLogger(os.Stderr, "warn"),
+	})
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// devToken returns the dev admin token, made once and kept in the data dir.
+func devToken(dir string) (string, error) {
+	p := filepath.Join(dir, "admin-token")
+	b, err := os.ReadFile(p)
+	if err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	tok := "jpt_" + id.Secret(24)
+	if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok, nil
+}

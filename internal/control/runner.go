@@ -1,0 +1,584 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// MaxClaimWait bounds a claim's long poll.
+const MaxClaimWait = 30 * time.Second
+
+// Register turns a registration token into a runner identity.
+func (s *Service) Register(ctx context.Context, regToken string, req *protocol.RegisterRequest) (*store.Runner, error) {
+	if _, err := protocol.DecodePublicKey(req.PublicKey); err != nil {
+		return nil, fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+	}
+	if len(req.Name) > 200 || len(req.Version) > 100 || len(req.Labels) > 64 {
+		return nil, fmt.Errorf("name, version or labels too long: %w", protocol.ErrBadRequest)
+	}
+	name := req.Name
+	if name == "" {
+		name = "runner"
+	}
+	var runner *store.Runner
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		tok, err := tx.RegTokenUse(ctx, authn.Digest(regToken), s.clock.NowOrNil())
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("registration token unknown, used or expired: %w", protocol.ErrRegistrationTokenInvalid)
+		}
+		if err != nil {
+			return err
+		}
+		labels := req.Labels
+		if len(tok.Labels) > 0 {
+			for _, l := range req.Labels {
+				if !slices.Contains(tok.Labels, l) {
+					return fmt.Errorf("label %q is not allowed by the registration token (allowed: %v): %w", l, tok.Labels, protocol.ErrBadRequest)
+				}
+			}
+			labels = tok.Labels
+		}
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		pub, _ := protocol.DecodePublicKey(req.PublicKey)
+		runner = &store.Runner{
+			ID: id.New(id.Runner, now), Tenant: tok.Tenant, Pool: tok.Pool, Name: name,
+			Labels: normLabels(labels), PublicKey: req.PublicKey, KeyFingerprint: protocol.SHA256Hex(pub)[:16],
+			Status: store.RunnerActive, SelfHosted: tok.SelfHosted, AllowedRepos: tok.AllowedRepos,
+			Version: req.Version, LastSeenAt: &now, CreatedAt: now,
+		}
+		if err := tx.RunnerCreate(ctx, runner); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, runner.Tenant, "runner:"+runner.ID, "runner.registered", runner.ID, map[string]any{"name": name, "pool": runner.Pool, "labels": runner.Labels, "key_fingerprint": runner.KeyFingerprint})
+	})
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return runner, nil
+}
+
+func normLabels(l []string) []string {
+	out := slices.Clone(l)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+// Heartbeat reports which of the runner's attempts it must stop: those no
+// longer leased to it and those whose run was cancelled.
+func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *protocol.HeartbeatRequest) (*protocol.HeartbeatResponse, error) {
+	if len(req.Attempts) > 1000 {
+		return nil, fmt.Errorf("too many attempts: %w", protocol.ErrBadRequest)
+	}
+	now, err := s.store.Now(ctx, s.clock.NowOrNil())
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	resp := &protocol.HeartbeatResponse{ServerTime: now.UTC(), Status: call.Runner.Status, CancelAttempts: []string{}}
+	for _, aid := range req.Attempts {
+		a, err := s.store.AttemptGetByID(ctx, aid, false)
+		if errors.Is(err, store.ErrNotFound) {
+			resp.CancelAttempts = append(resp.CancelAttempts, aid)
+			continue
+		}
+		if err != nil {
+			return nil, mapStoreErr(err)
+		}
+		if a.RunnerID != call.Runner.ID || a.State != store.AttemptLeased || !now.Before(*a.LeaseExpiresAt) {
+			resp.CancelAttempts = append(resp.CancelAttempts, aid)
+			continue
+		}
+		r, err := s.store.RunGetByID(ctx, a.RunID, false)
+		if err != nil {
+			return nil, mapStoreErr(err)
+		}
+		if r.CancelRequested {
+			resp.CancelAttempts = append(resp.CancelAttempts, aid)
+		}
+	}
+	return resp, nil
+}
+
+// Claim leases the oldest eligible attempt to the runner, waiting up to
+// wait for one to appear. It returns nil when nothing became eligible.
+func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest) (*protocol.Assignment, error) {
+	if req.WaitSeconds < 0 || time.Duration(req.WaitSeconds)*time.Second > MaxClaimWait {
+		return nil, fmt.Errorf("wait_seconds must be 0..30: %w", protocol.ErrBadRequest)
+	}
+	if len(req.RequestID) > 200 {
+		return nil, fmt.Errorf("request_id too long: %w", protocol.ErrBadRequest)
+	}
+	if req.RequestID != "" {
+		if a, err := s.reclaim(ctx, call, req.RequestID); a != nil || err != nil {
+			return a, err
+		}
+	}
+	// The wait is real time on purpose: it bounds an HTTP request, it is not
+	// lease logic.
+	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
+	defer timer.Stop()
+	for {
+		wake := s.store.Wake()
+		a, err := s.claimOnce(ctx, call, req.RequestID)
+		if a != nil || err != nil {
+			return a, err
+		}
+		// Retries become due with time, not with a notification: look again
+		// at least every second.
+		tick := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return nil, nil
+		case <-timer.C:
+			tick.Stop()
+			return nil, nil
+		case <-wake:
+		case <-tick.C:
+		}
+		tick.Stop()
+	}
+}
+
+func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+	token := id.Secret(32)
+	var asg *protocol.Assignment
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		a, err := tx.AttemptClaim(ctx, &store.AttemptClaimParams{
+			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
+			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)),
+			ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r, err := tx.RunGetByID(ctx, a.RunID, true)
+		if err != nil {
+			return err
+		}
+		if r.State == store.RunQueued {
+			r.State = store.RunRunning
+			r.UpdatedAt = *a.ClaimedAt
+			if err := tx.RunUpdate(ctx, r); err != nil {
+				return err
+			}
+		}
+		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt}); err != nil {
+			return err
+		}
+		asg, err = s.assignment(r, a, token)
+		return err
+	})
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	if asg != nil {
+		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
+	}
+	return asg, nil
+}
+
+// reclaim answers a repeated claim request: while the lease it produced is
+// alive, the runner gets the same attempt again. The lease token is rotated
+// because only its digest is stored; the lost answer's token was never seen.
+func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+	token := id.Secret(32)
+	var asg *protocol.Assignment
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		a, err := tx.AttemptGetByClaimRequest(ctx, call.Runner.ID, requestID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		a, err = tx.AttemptGetByID(ctx, a.ID, true)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		if a.State != store.AttemptLeased || a.RunnerID != call.Runner.ID || !now.Before(*a.LeaseExpiresAt) {
+			return nil
+		}
+		a.LeaseDigest = protocol.SHA256Hex([]byte(token))
+		if err := tx.AttemptUpdate(ctx, a); err != nil {
+			return err
+		}
+		r, err := tx.RunGetByID(ctx, a.RunID, false)
+		if err != nil {
+			return err
+		}
+		asg, err = s.assignment(r, a, token)
+		return err
+	})
+	return asg, mapStoreErr(err)
+}
+
+func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*protocol.Assignment, error) {
+	spec, err := runSpec(r)
+	if err != nil {
+		return nil, fmt.Errorf("decode pinned spec of run %s: %w", r.ID, err)
+	}
+	env := spec.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	return &protocol.Assignment{
+		RunID: r.ID, AttemptID: a.ID, AttemptNumber: a.Number,
+		Lease: protocol.Lease{
+			Token: token, ExpiresAt: a.LeaseExpiresAt.UTC(), Deadline: a.Deadline.UTC(),
+			TTLSeconds: int(a.LeaseTTL / time.Second),
+		},
+		Job: protocol.AssignedJob{
+			Name: r.Job, Channel: r.Channel, Commit: r.Commit, Command: spec.Command, Env: env,
+			TimeoutSeconds: int(a.Timeout / time.Second),
+		},
+		Params:    r.Params,
+		Leases:    []protocol.FencedKey{},
+		Artifacts: []protocol.ArtifactSpec{},
+	}, nil
+}
+
+// errEnded marks an attempt that already ended, for the result's idempotency.
+var errEnded = errors.New("attempt ended")
+
+// checkAttempt locks and returns the attempt a signed call names, refusing
+// anything that is not this runner's live lease. On an attempt that already
+// ended it returns the attempt and errEnded.
+func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.SignedCall) (*store.Attempt, *store.Run, time.Time, error) {
+	var zero time.Time
+	if call.Run == "" || call.Attempt == "" || call.Lease == "" {
+		return nil, nil, zero, fmt.Errorf("the request names no attempt (Jobplane-Run, Jobplane-Attempt and Jobplane-Lease are required): %w", protocol.ErrAttemptStale)
+	}
+	stale := fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
+	a, err := tx.AttemptGetByID(ctx, call.Attempt, true)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, zero, stale
+	}
+	if err != nil {
+		return nil, nil, zero, err
+	}
+	if a.RunID != call.Run || a.RunnerID != call.Runner.ID || a.Tenant != call.Runner.Tenant ||
+		!digestEqual(a.LeaseDigest, protocol.SHA256Hex([]byte(call.Lease))) {
+		return nil, nil, zero, stale
+	}
+	now, err := tx.Now(ctx, s.clock.NowOrNil())
+	if err != nil {
+		return nil, nil, zero, err
+	}
+	switch a.State {
+	case store.AttemptLeased:
+		if !now.Before(*a.LeaseExpiresAt) {
+			return nil, nil, zero, fmt.Errorf("lease of attempt %s expired at %s: %w", a.ID, a.LeaseExpiresAt.UTC().Format(time.RFC3339), protocol.ErrLeaseExpired)
+		}
+	case store.AttemptExpired:
+		return nil, nil, zero, fmt.Errorf("lease of attempt %s expired at %s: %w", a.ID, a.LeaseExpiresAt.UTC().Format(time.RFC3339), protocol.ErrLeaseExpired)
+	case store.AttemptSucceeded, store.AttemptFailed:
+		r, err := tx.RunGetByID(ctx, a.RunID, false)
+		if err != nil {
+			return nil, nil, zero, err
+		}
+		return a, r, now, errEnded
+	default:
+		return nil, nil, zero, stale
+	}
+	r, err := tx.RunGetByID(ctx, a.RunID, true)
+	if err != nil {
+		return nil, nil, zero, err
+	}
+	return a, r, now, nil
+}
+
+// Renew extends the attempt's lease by its TTL, never past its deadline.
+func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
+	var resp *protocol.RenewResponse
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		a, r, _, err := s.checkAttempt(ctx, tx, call)
+		if errors.Is(err, errEnded) {
+			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
+		}
+		if err != nil {
+			return err
+		}
+		a, err = tx.AttemptRenew(ctx, &store.AttemptRenewParams{ID: a.ID, LeaseDigest: a.LeaseDigest, Now: s.clock.NowOrNil()})
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("lease of attempt %s expired: %w", call.Attempt, protocol.ErrLeaseExpired)
+		}
+		if err != nil {
+			return err
+		}
+		resp = &protocol.RenewResponse{ExpiresAt: a.LeaseExpiresAt.UTC(), CancelRequested: r.CancelRequested}
+		return nil
+	})
+	return resp, mapStoreErr(err)
+}
+
+// MaxLogLines bounds one log chunk.
+const MaxLogLines = 5000
+
+// AppendLogs stores a chunk of the attempt's output; a repeated seq is ignored.
+func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *protocol.LogsRequest) error {
+	if len(req.Lines) > MaxLogLines {
+		return fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)
+	}
+	if req.Seq < 0 {
+		return fmt.Errorf("seq must not be negative: %w", protocol.ErrBadRequest)
+	}
+	lines := make([]store.LogLine, 0, len(req.Lines))
+	for i, l := range req.Lines {
+		switch l.Stream {
+		case "stdout", "stderr", "system":
+		default:
+			return fmt.Errorf("lines[%d].stream must be stdout, stderr or system: %w", i, protocol.ErrBadRequest)
+		}
+		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
+	}
+	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+		a, _, now, err := s.checkAttempt(ctx, tx, call)
+		if errors.Is(err, errEnded) {
+			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
+		}
+		if err != nil {
+			return err
+		}
+		for i := range lines {
+			if lines[i].At.IsZero() {
+				lines[i].At = now
+			}
+		}
+		_, err = tx.LogAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: req.Seq, Lines: lines})
+		if err != nil {
+			return err
+		}
+		return tx.WakeClaimers(ctx) // log followers wait on the same signal
+	}))
+}
+
+// Relinquish gives an attempt back: it ends relinquished and the run gets a
+// fresh attempt that does not count as a retry.
+func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *protocol.RelinquishRequest) error {
+	if len(req.Reason) > 1000 {
+		return fmt.Errorf("reason too long: %w", protocol.ErrBadRequest)
+	}
+	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+		a, r, now, err := s.checkAttempt(ctx, tx, call)
+		if errors.Is(err, errEnded) {
+			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
+		}
+		if err != nil {
+			return err
+		}
+		return s.endAttempt(ctx, tx, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
+	}))
+}
+
+type resultRecord struct {
+	Outcome   string   `json:"outcome"`
+	ExitCode  int      `json:"exit_code"`
+	Summary   string   `json:"summary"`
+	Artifacts []string `json:"artifacts"`
+	RequestID string   `json:"request_id,omitempty"`
+}
+
+func (a resultRecord) same(b resultRecord) bool {
+	return a.Outcome == b.Outcome && a.ExitCode == b.ExitCode && a.Summary == b.Summary && slices.Equal(a.Artifacts, b.Artifacts)
+}
+
+// Result records an attempt's terminal outcome. The same result again is
+// acknowledged; a different one is a conflict.
+func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *protocol.ResultRequest) (*protocol.ResultResponse, error) {
+	if req.Outcome != "succeeded" && req.Outcome != "failed" {
+		return nil, fmt.Errorf("outcome must be succeeded or failed: %w", protocol.ErrBadRequest)
+	}
+	if len(req.Summary) > 4096 || len(req.RequestID) > 200 {
+		return nil, fmt.Errorf("summary or request_id too long: %w", protocol.ErrBadRequest)
+	}
+	rec := resultRecord{Outcome: req.Outcome, ExitCode: req.ExitCode, Summary: req.Summary, Artifacts: req.Artifacts, RequestID: req.RequestID}
+	if rec.Artifacts == nil {
+		rec.Artifacts = []string{}
+	}
+	var resp *protocol.ResultResponse
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		a, r, now, err := s.checkAttempt(ctx, tx, call)
+		if errors.Is(err, errEnded) {
+			var prev resultRecord
+			if json.Unmarshal(a.Result, &prev) != nil || !prev.same(rec) {
+				return fmt.Errorf("attempt %s already ended %s with another result: %w", a.ID, a.State, protocol.ErrResultConflict)
+			}
+			resp = &protocol.ResultResponse{RunState: string(r.State)}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(rec.Artifacts) > 0 {
+			return fmt.Errorf("artifact %s is not a verified artifact of attempt %s: %w", rec.Artifacts[0], a.ID, protocol.ErrArtifactInvalid)
+		}
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		state := store.AttemptSucceeded
+		if req.Outcome == "failed" {
+			state = store.AttemptFailed
+		}
+		if err := s.endAttempt(ctx, tx, r, a, state, raw, now, "runner:"+call.Runner.ID, req.Summary); err != nil {
+			return err
+		}
+		resp = &protocol.ResultResponse{RunState: string(r.State)}
+		return nil
+	})
+	return resp, mapStoreErr(err)
+}
+
+// endAttempt ends a live attempt and moves its run on: to its end, or to a
+// new attempt when the retry policy allows (or the attempt was given back).
+// Both rows must be locked by the caller.
+func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
+	a.State = state
+	a.EndedAt = &now
+	if result != nil {
+		a.Result = result
+	}
+	if err := tx.AttemptUpdate(ctx, a); err != nil {
+		return err
+	}
+	spec, err := runSpec(r)
+	if err != nil {
+		return err
+	}
+	details := map[string]any{"attempt": a.ID, "number": a.Number, "state": state}
+	if reason != "" {
+		details["reason"] = reason
+	}
+	var next *store.Attempt
+	switch {
+	case state == store.AttemptSucceeded:
+		finish(r, store.RunSucceeded, now)
+	case r.CancelRequested || state == store.AttemptCancelled:
+		finish(r, store.RunCancelled, now)
+	case state == store.AttemptRelinquished:
+		next = newAttempt(r, spec, a.Number+1, now, now)
+	default: // failed or expired
+		r.CountedAttempts++
+		timedOut := state == store.AttemptExpired && a.Deadline != nil && !now.Before(*a.Deadline)
+		if r.CountedAttempts < r.MaxAttempts {
+			next = newAttempt(r, spec, a.Number+1, now, now.Add(time.Duration(spec.Backoff)))
+		} else if timedOut {
+			finish(r, store.RunTimedOut, now)
+		} else {
+			finish(r, store.RunFailed, now)
+		}
+	}
+	if next != nil {
+		r.State = store.RunQueued
+		r.UpdatedAt = now
+		if err := tx.AttemptCreate(ctx, next); err != nil {
+			return err
+		}
+		if err := tx.WakeClaimers(ctx); err != nil {
+			return err
+		}
+		details["next_attempt"] = next.ID
+	} else if err := tx.WakeClaimers(ctx); err != nil { // log followers learn the run ended
+		return err
+	}
+	if err := tx.RunUpdate(ctx, r); err != nil {
+		return err
+	}
+	details["run_state"] = r.State
+	return s.audit(ctx, tx, r.Tenant, actor, "attempt."+string(state), r.ID, details)
+}
+
+// RotateKey replaces the runner's public key; the old key stops working at once.
+func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *protocol.RotateKeyRequest) error {
+	pub, err := protocol.DecodePublicKey(req.PublicKey)
+	if err != nil {
+		return fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+	}
+	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+		rn, err := tx.RunnerGetByID(ctx, call.Runner.ID, true)
+		if err != nil {
+			return err
+		}
+		if rn.PublicKey != call.Runner.PublicKey {
+			return fmt.Errorf("the signing key was rotated concurrently: %w", protocol.ErrSignatureInvalid)
+		}
+		old := rn.KeyFingerprint
+		rn.PublicKey = req.PublicKey
+		rn.KeyFingerprint = protocol.SHA256Hex(pub)[:16]
+		if err := tx.RunnerUpdate(ctx, rn); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, rn.Tenant, "runner:"+rn.ID, "runner.key_rotated", rn.ID, map[string]any{"old_fingerprint": old, "new_fingerprint": rn.KeyFingerprint})
+	}))
+}
+
+// Reap expires leased attempts whose lease ran out and applies their retry
+// policy. It works in bounded batches and re-checks every row under its lock,
+// because the list is a snapshot that a result may have overtaken.
+func (s *Service) Reap(ctx context.Context) (int, error) {
+	expired, err := s.store.AttemptListExpired(ctx, &store.AttemptListExpiredParams{Now: s.clock.NowOrNil(), Limit: s.batch})
+	if err != nil {
+		return 0, mapStoreErr(err)
+	}
+	n := 0
+	for _, snap := range expired {
+		done := false
+		err := s.store.InTx(ctx, func(tx store.Tx) error {
+			done = false
+			a, err := tx.AttemptGetByID(ctx, snap.ID, true)
+			if err != nil {
+				return err
+			}
+			now, err := tx.Now(ctx, s.clock.NowOrNil())
+			if err != nil {
+				return err
+			}
+			if a.State != store.AttemptLeased || now.Before(*a.LeaseExpiresAt) || a.LeaseDigest != snap.LeaseDigest {
+				return nil
+			}
+			r, err := tx.RunGetByID(ctx, a.RunID, true)
+			if err != nil {
+				return err
+			}
+			done = true
+			return s.endAttempt(ctx, tx, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
+		})
+		if err != nil {
+			return n, mapStoreErr(err)
+		}
+		if done {
+			n++
+			s.log.InfoContext(ctx, "control: lease expired", "attempt_id", snap.ID, "run_id", snap.RunID, "runner_id", snap.RunnerID)
+		}
+	}
+	return n, nil
+}
+
+// PurgeNonces forgets nonces past their retention.
+func (s *Service) PurgeNonces(ctx context.Context) (int, error) {
+	n, err := s.store.NoncePurge(ctx, s.clock.NowOrNil())
+	return n, mapStoreErr(err)
+}

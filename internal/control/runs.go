@@ -1,0 +1,340 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// RunView is a run with its attempts, as the API returns it.
+type RunView struct {
+	Run      *store.Run
+	Attempts []*store.Attempt
+}
+
+// DeniedError is a denial together with the run kept for audit.
+type DeniedError struct {
+	RunID    string
+	Decision Decision
+}
+
+func (e *DeniedError) Error() string { return "denied: " + e.Decision.Explanation }
+
+// Unwrap makes a DeniedError match protocol.ErrDenied.
+func (e *DeniedError) Unwrap() error { return protocol.ErrDenied }
+
+var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
+
+// RequestRun authorizes and records a run request. created is false when an
+// earlier request with the same idempotency key is returned.
+func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
+	if req.Job == "" {
+		return nil, false, fmt.Errorf("job is required: %w", protocol.ErrBadRequest)
+	}
+	if req.Channel == "" {
+		return nil, false, fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)
+	}
+	if req.IdempotencyKey != "" && !idempotencyKeyRE.MatchString(req.IdempotencyKey) {
+		return nil, false, fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)
+	}
+	if len(req.Reason) > 1000 {
+		return nil, false, fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)
+	}
+	if req.IdempotencyKey != "" {
+		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
+			return v, false, err
+		}
+	}
+	if s.defs == nil {
+		return nil, false, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
+	}
+	cat, err := s.defs.Resolve(ctx, req.Channel, req.Ref)
+	if err != nil {
+		return nil, false, err
+	}
+	spec, ok := cat.Job(req.Job)
+	if !ok {
+		return nil, false, fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)
+	}
+	params, err := cat.ValidateParams(req.Job, req.Params)
+	if err != nil {
+		var pe *ParamsError
+		if errors.As(err, &pe) {
+			return nil, false, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+		}
+		return nil, false, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+	}
+	decision := cat.Decide(DecisionRequest{Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind})
+	decisionJSON, err := json.Marshal(decision)
+	if err != nil {
+		return nil, false, err
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, false, err
+	}
+	ref := req.Ref
+	if ref == "" {
+		ref = cat.Branch()
+	}
+	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": ref, "commit": cat.Commit()})
+	now := s.clock.Now()
+	run := &store.Run{
+		ID: id.New(id.Run, now), Tenant: actor.TenantID, Job: req.Job, Channel: req.Channel, Ref: ref,
+		Commit: cat.Commit(), Params: params, Actor: actor.Name, Reason: req.Reason, Source: source,
+		IdempotencyKey: req.IdempotencyKey, Decision: decisionJSON, Grants: json.RawMessage(`{}`),
+		LeaseKeys: json.RawMessage(`[]`), Spec: specJSON, MaxAttempts: max(spec.MaxAttempts, 1),
+	}
+	if decision.Allowed {
+		run.State = store.RunQueued
+	} else {
+		run.State = store.RunDenied
+	}
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		t, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		run.CreatedAt, run.UpdatedAt = t, t
+		if !decision.Allowed {
+			run.FinishedAt = &t
+		}
+		if err := tx.RunCreate(ctx, run); err != nil {
+			return err
+		}
+		if !decision.Allowed {
+			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
+		}
+		att := newAttempt(run, spec, 1, t, t)
+		if err := tx.AttemptCreate(ctx, att); err != nil {
+			return err
+		}
+		if err := tx.WakeClaimers(ctx); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID})
+	})
+	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
+		// A concurrent request with the same key won the insert.
+		v, err := s.byIdempotencyKey(ctx, actor, req)
+		if v == nil && err == nil {
+			err = fmt.Errorf("idempotency key race: %w", protocol.ErrRetry)
+		}
+		return v, false, err
+	}
+	if err != nil {
+		return nil, false, mapStoreErr(err)
+	}
+	s.log.InfoContext(ctx, "control: run requested", "run_id", run.ID, "job", run.Job, "channel", run.Channel, "state", run.State, "actor", actor.Name)
+	if !decision.Allowed {
+		return nil, false, &DeniedError{RunID: run.ID, Decision: decision}
+	}
+	v, err := s.view(ctx, s.store, run.ID)
+	return v, true, err
+}
+
+// FieldError is a refusal that names the input field at fault.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func (s *Service) byIdempotencyKey(ctx context.Context, actor Actor, req *protocol.RunRequest) (*RunView, error) {
+	r, err := s.store.RunGetByIdempotencyKey(ctx, actor.TenantID, actor.Name, req.IdempotencyKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	if r.Job != req.Job || r.Channel != req.Channel || !sameParams(r.Params, req.Params) {
+		return nil, fmt.Errorf("idempotency key %q was used for run %s with another job, channel or parameters: %w", req.IdempotencyKey, r.ID, protocol.ErrIdempotencyConflict)
+	}
+	if r.State == store.RunDenied {
+		var d Decision
+		_ = json.Unmarshal(r.Decision, &d)
+		return nil, &DeniedError{RunID: r.ID, Decision: d}
+	}
+	return s.view(ctx, s.store, r.ID)
+}
+
+// sameParams compares the stored (normalized, defaults applied) params with a
+// request's: every key the request names must carry the same value.
+func sameParams(stored, requested json.RawMessage) bool {
+	var a, b map[string]json.RawMessage
+	if len(bytes.TrimSpace(requested)) == 0 || string(bytes.TrimSpace(requested)) == "null" {
+		return true
+	}
+	if json.Unmarshal(stored, &a) != nil || json.Unmarshal(requested, &b) != nil {
+		return false
+	}
+	for k, v := range b {
+		var x, y any
+		if json.Unmarshal(v, &x) != nil || json.Unmarshal(a[k], &y) != nil {
+			return false
+		}
+		xb, _ := json.Marshal(x)
+		yb, _ := json.Marshal(y)
+		if !bytes.Equal(xb, yb) {
+			return false
+		}
+	}
+	return true
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*RunView, error) {
+	r, err := q.RunGetByID(ctx, runID, false)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	atts, err := q.AttemptListByRun(ctx, runID)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return &RunView{Run: r, Attempts: atts}, nil
+}
+
+// GetRun returns a run of the actor's tenant.
+func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+	v, err := s.view(ctx, s.store, runID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && v.Run.Tenant != actor.TenantID) {
+		return nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
+	}
+	return v, err
+}
+
+// ListRuns pages the tenant's runs, newest first.
+func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListParams) ([]*RunView, string, error) {
+	if p.Limit <= 0 || p.Limit > 500 {
+		p.Limit = 50
+	}
+	p.Tenant = actor.TenantID
+	want := p.Limit
+	p.Limit = want + 1
+	runs, err := s.store.RunList(ctx, &p)
+	if err != nil {
+		return nil, "", mapStoreErr(err)
+	}
+	next := ""
+	if len(runs) > want {
+		runs = runs[:want]
+		next = runs[want-1].ID
+	}
+	out := make([]*RunView, 0, len(runs))
+	for _, r := range runs {
+		atts, err := s.store.AttemptListByRun(ctx, r.ID)
+		if err != nil {
+			return nil, "", mapStoreErr(err)
+		}
+		out = append(out, &RunView{Run: r, Attempts: atts})
+	}
+	return out, next, nil
+}
+
+// CancelRun cancels a run: at once when it has not started, and by telling
+// its runner (through renew and heartbeat) when it is running. The requester
+// and admins may cancel.
+func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		// Lock order everywhere: attempt, then run (claims lock in that order).
+		atts, err := tx.AttemptListByRun(ctx, runID)
+		if err != nil {
+			return err
+		}
+		var live *store.Attempt
+		for _, a := range atts {
+			if !a.State.Terminal() {
+				live, err = tx.AttemptGetByID(ctx, a.ID, true)
+				if err != nil {
+					return err
+				}
+			}
+		}
+		r, err := tx.RunGetByID(ctx, runID, true)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && r.Tenant != actor.TenantID) {
+			return fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if r.Actor != actor.Name && !actor.Admin {
+			return fmt.Errorf("only the requester or an admin may cancel run %s: %w", runID, protocol.ErrForbidden)
+		}
+		if r.State.Terminal() {
+			if r.State == store.RunCancelled {
+				return nil // cancelling twice is not an error
+			}
+			return fmt.Errorf("run %s already ended %s: %w", runID, r.State, protocol.ErrInvalidState)
+		}
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		if live != nil && live.State == store.AttemptLeased {
+			if r.CancelRequested {
+				return nil
+			}
+			r.CancelRequested = true
+			r.UpdatedAt = now
+			if err := tx.RunUpdate(ctx, r); err != nil {
+				return err
+			}
+			return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancel_requested", r.ID, map[string]any{"attempt": live.ID})
+		}
+		if live != nil {
+			live.State = store.AttemptCancelled
+			live.EndedAt = &now
+			if err := tx.AttemptUpdate(ctx, live); err != nil {
+				return err
+			}
+		}
+		r.CancelRequested = true
+		finish(r, store.RunCancelled, now)
+		if err := tx.RunUpdate(ctx, r); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancelled", r.ID, nil)
+	})
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return s.view(ctx, s.store, runID)
+}
+
+// Logs returns a run's lines after a cursor.
+func (s *Service) Logs(ctx context.Context, actor Actor, runID string, after int64, limit int) ([]*store.LogLine, *store.Run, error) {
+	r, err := s.store.RunGetByID(ctx, runID, false)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Tenant != actor.TenantID) {
+		return nil, nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, mapStoreErr(err)
+	}
+	if limit <= 0 || limit > 5000 {
+		limit = 1000
+	}
+	lines, err := s.store.LogList(ctx, &store.LogListParams{RunID: runID, After: after, Limit: limit})
+	return lines, r, mapStoreErr(err)
+}
+
+// Wake returns a channel closed when work may have changed; log followers use it too.
+func (s *Service) Wake() <-chan struct{} { return s.store.Wake() }

@@ -1,0 +1,154 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// Definitions resolves a channel to the job definitions and policies in force.
+type Definitions interface {
+	// Resolve returns the active definitions of a channel (ref names the
+	// branch of a pattern channel).
+	Resolve(ctx context.Context, channel, ref string) (Catalog, error)
+}
+
+// Catalog is the definitions of one commit.
+type Catalog interface {
+	Commit() string
+	Branch() string
+	// Job returns the pinned spec of a job; ok is false when there is no such job.
+	Job(name string) (spec Spec, ok bool)
+	// ValidateParams applies defaults and checks params against the job's
+	// schema; it returns the normalized params or a *ParamsError.
+	ValidateParams(job string, params json.RawMessage) (json.RawMessage, error)
+	// Decide authorizes a request.
+	Decide(req DecisionRequest) Decision
+}
+
+// ParamsError names the parameter that failed validation.
+type ParamsError struct {
+	Field   string
+	Message string
+}
+
+func (e *ParamsError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// DecisionRequest is what a policy decides on.
+type DecisionRequest struct {
+	Job       string
+	Channel   string
+	Actor     string
+	ActorKind string
+}
+
+// Decision is an authorization outcome with its explanation.
+type Decision struct {
+	Allowed     bool            `json:"allowed"`
+	Explanation string          `json:"explanation"`
+	Detail      json.RawMessage `json:"detail,omitempty"`
+}
+
+// Actor is the authenticated caller of the control API.
+type Actor struct {
+	TenantID string
+	Name     string
+	Kind     string
+	Admin    bool
+}
+
+// Config configures the Service.
+type Config struct {
+	Store       store.Store
+	Clock       clock.Clock
+	Definitions Definitions
+	Logger      *slog.Logger
+	// APIURL is the server's address as jobs should call it (JOBPLANE_API).
+	APIURL string
+	// ReapBatch bounds one reaper pass.
+	ReapBatch int
+}
+
+// Service is the run service.
+type Service struct {
+	store  store.Store
+	clock  clock.Clock
+	defs   Definitions
+	log    *slog.Logger
+	apiURL string
+	batch  int
+}
+
+// New returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("control: Store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReapBatch <= 0 {
+		cfg.ReapBatch = 100
+	}
+	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL, batch: cfg.ReapBatch}, nil
+}
+
+// mapStoreErr turns store failures into protocol refusals: a lost commit is
+// "retry" (the client repeats with the same request ID), an unreachable
+// database is "unavailable".
+func mapStoreErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, new(*protocol.Error)):
+		return err
+	case errors.Is(err, store.ErrCommitUnknown):
+		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	return err
+}
+
+func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
+	var raw json.RawMessage
+	if details != nil {
+		b, err := json.Marshal(details)
+		if err != nil {
+			return err
+		}
+		raw = b
+	}
+	if err := tx.AuditAppend(ctx, &store.AuditEvent{Tenant: tenant, Actor: actor, Action: action, Subject: subject, Details: raw, At: s.nowValue()}); err != nil {
+		return fmt.Errorf("append audit event: %w", err)
+	}
+	return nil
+}
+
+// nowValue is the fake time in tests and the zero time (store picks database
+// time) in production.
+func (s *Service) nowValue() time.Time {
+	if n := s.clock.NowOrNil(); n != nil {
+		return *n
+	}
+	return time.Time{}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,41 @@
+package control
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Spec is the part of a job definition a run executes, pinned on the run at
+// request time so that it runs exactly what was authorized, whatever happens
+// to the branch afterwards.
+type Spec struct {
+	Name        string            `json:"name"`
+	Command     []string          `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Timeout     Duration          `json:"timeout"`
+	LeaseTTL    Duration          `json:"lease_ttl"`
+	Pool        string            `json:"pool"`
+	Labels      []string          `json:"labels"`
+	MaxAttempts int               `json:"max_attempts"`
+	Backoff     Duration          `json:"backoff"`
+}
+
+// Duration is a time.Duration that encodes as a Go duration string.
+type Duration time.Duration
+
+// MarshalJSON encodes d as "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON decodes "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,54 @@
+package protocol
+
+import "net/http"
+
+// Error is a refusal with its HTTP status and stable code. The services return
+// these sentinels (wrapped with detail); the API maps them to problem+json in
+// one place, and clients can match them with errors.Is.
+type Error struct {
+	Status int
+	Code   string
+	Title  string
+}
+
+func (e *Error) Error() string { return e.Code }
+
+// Is matches errors by code, so a client-side error decoded from problem+json
+// matches the server-side sentinel.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+func newErr(status int, code, title string) *Error {
+	return &Error{Status: status, Code: code, Title: title}
+}
+
+// Sentinel refusals.
+var (
+	ErrBadRequest               = newErr(http.StatusBadRequest, CodeBadRequest, "Bad request")
+	ErrUnauthorized             = newErr(http.StatusUnauthorized, CodeUnauthorized, "Unauthorized")
+	ErrForbidden                = newErr(http.StatusForbidden, CodeForbidden, "Forbidden")
+	ErrNotFound                 = newErr(http.StatusNotFound, CodeNotFound, "Not found")
+	ErrTooLarge                 = newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "Too large")
+	ErrRetry                    = newErr(http.StatusServiceUnavailable, CodeRetry, "Outcome unknown, retry")
+	ErrUnavailable              = newErr(http.StatusServiceUnavailable, CodeUnavailable, "Unavailable")
+	ErrSignatureInvalid         = newErr(http.StatusUnauthorized, CodeSignatureInvalid, "Signature invalid")
+	ErrTimestampSkew            = newErr(http.StatusUnauthorized, CodeTimestampSkew, "Timestamp skew")
+	ErrNonceReused              = newErr(http.StatusUnauthorized, CodeNonceReused, "Nonce reused")
+	ErrRunnerDisabled           = newErr(http.StatusForbidden, CodeRunnerDisabled, "Runner disabled")
+	ErrAttemptStale             = newErr(http.StatusConflict, CodeAttemptStale, "Attempt stale")
+	ErrLeaseExpired             = newErr(http.StatusConflict, CodeLeaseExpired, "Lease expired")
+	ErrRegistrationTokenInvalid = newErr(http.StatusUnauthorized, CodeRegistrationTokenInvalid, "Registration token invalid")
+	ErrResultConflict           = newErr(http.StatusConflict, CodeResultConflict, "Result conflict")
+	ErrArtifactInvalid          = newErr(http.StatusUnprocessableEntity, CodeArtifactInvalid, "Artifact invalid")
+	ErrInvalidName              = newErr(http.StatusBadRequest, CodeInvalidName, "Invalid name")
+	ErrDenied                   = newErr(http.StatusForbidden, CodeDenied, "Denied")
+	ErrInvalidParams            = newErr(http.StatusUnprocessableEntity, CodeInvalidParams, "Invalid parameters")
+	ErrIdempotencyConflict      = newErr(http.StatusConflict, CodeIdempotencyConflict, "Idempotency key reused")
+	ErrInvalidState             = newErr(http.StatusConflict, CodeInvalidState, "Invalid state")
+	ErrAlreadyExists            = newErr(http.StatusConflict, CodeAlreadyExists, "Already exists")
+	ErrUnknownJob               = newErr(http.StatusNotFound, CodeUnknownJob, "Unknown job")
+	ErrUnknownChannel           = newErr(http.StatusNotFound, CodeUnknownChannel, "Unknown channel")
+	ErrCatalogUnavailable       = newErr(http.StatusServiceUnavailable, CodeCatalogUnavailable, "Catalog unavailable")
+)

@@ -1,0 +1,289 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Runner endpoints.
+
+// RegisterRequest is the body of POST /v1/runner/register.
+type RegisterRequest struct {
+	Name      string   `json:"name"`
+	PublicKey string   `json:"public_key"`
+	Labels    []string `json:"labels"`
+	Version   string   `json:"version"`
+}
+
+// RegisterResponse answers a registration.
+type RegisterResponse struct {
+	RunnerID string   `json:"runner_id"`
+	Tenant   string   `json:"tenant"`
+	Pool     string   `json:"pool"`
+	Labels   []string `json:"labels"`
+	Status   string   `json:"status"`
+}
+
+// HeartbeatRequest is the body of POST /v1/runner/heartbeat.
+type HeartbeatRequest struct {
+	Status   string   `json:"status"` // idle | busy
+	Attempts []string `json:"attempts"`
+}
+
+// HeartbeatResponse tells a runner the server time and which of its attempts to stop.
+type HeartbeatResponse struct {
+	ServerTime     time.Time `json:"server_time"`
+	Status         string    `json:"status"`
+	CancelAttempts []string  `json:"cancel_attempts"`
+}
+
+// ClaimRequest is the body of POST /v1/runner/claim.
+type ClaimRequest struct {
+	WaitSeconds int    `json:"wait_seconds"`
+	RequestID   string `json:"request_id,omitempty"`
+}
+
+// Assignment is the answer to a successful claim.
+type Assignment struct {
+	RunID         string            `json:"run_id"`
+	AttemptID     string            `json:"attempt_id"`
+	AttemptNumber int               `json:"attempt_number"`
+	Lease         Lease             `json:"lease"`
+	Job           AssignedJob       `json:"job"`
+	Params        json.RawMessage   `json:"params"`
+	RunToken      *RunToken         `json:"run_token,omitempty"`
+	Leases        []FencedKey       `json:"leases"`
+	Artifacts     []ArtifactSpec    `json:"artifacts"`
+	Source        *SourceDescriptor `json:"source,omitempty"`
+}
+
+// Lease is an attempt lease as handed to its runner.
+type Lease struct {
+	Token      string    `json:"token"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Deadline   time.Time `json:"deadline"`
+	TTLSeconds int       `json:"ttl_seconds"`
+}
+
+// AssignedJob is the pinned job definition an attempt executes.
+type AssignedJob struct {
+	Name           string            `json:"name"`
+	Channel        string            `json:"channel"`
+	Commit         string            `json:"commit"`
+	Command        []string          `json:"command"`
+	Env            map[string]string `json:"env"`
+	TimeoutSeconds int               `json:"timeout_seconds"`
+}
+
+// RunToken is a run's signed identity for its attempt.
+type RunToken struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// FencedKey is a run lease key with the fencing token of this acquisition.
+type FencedKey struct {
+	Key          string `json:"key"`
+	FencingToken int64  `json:"fencing_token"`
+}
+
+// ArtifactSpec is an artifact the job declares.
+type ArtifactSpec struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	MaxBytes int64  `json:"max_bytes"`
+}
+
+// SourceDescriptor names the repository and commit a job runs against.
+type SourceDescriptor struct {
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+}
+
+// RenewResponse answers POST /v1/runner/attempt/renew.
+type RenewResponse struct {
+	ExpiresAt       time.Time `json:"expires_at"`
+	CancelRequested bool      `json:"cancel_requested"`
+}
+
+// LogLine is one line of a job's output.
+type LogLine struct {
+	At     time.Time `json:"at"`
+	Stream string    `json:"stream"` // stdout | stderr | system
+	Text   string    `json:"text"`
+}
+
+// LogsRequest is the body of POST /v1/runner/attempt/logs.
+type LogsRequest struct {
+	Seq   int64     `json:"seq"`
+	Lines []LogLine `json:"lines"`
+}
+
+// RelinquishRequest is the body of POST /v1/runner/attempt/relinquish.
+type RelinquishRequest struct {
+	Reason string `json:"reason"`
+}
+
+// ResultRequest is the body of POST /v1/runner/attempt/result.
+type ResultRequest struct {
+	Outcome   string   `json:"outcome"` // succeeded | failed
+	ExitCode  int      `json:"exit_code"`
+	Summary   string   `json:"summary"`
+	Artifacts []string `json:"artifacts"`
+	RequestID string   `json:"request_id,omitempty"`
+}
+
+// ResultResponse answers a result.
+type ResultResponse struct {
+	RunState string `json:"run_state"`
+}
+
+// RotateKeyRequest is the body of POST /v1/runner/keys.
+type RotateKeyRequest struct {
+	PublicKey string `json:"public_key"`
+}
+
+// Admin endpoints.
+
+// RegistrationTokenRequest is the body of POST /v1/runners/registration-tokens.
+type RegistrationTokenRequest struct {
+	Pool         string   `json:"pool"`
+	Labels       []string `json:"labels"`
+	AllowedRepos []string `json:"allowed_repos"`
+	SelfHosted   bool     `json:"self_hosted"`
+	TTLSeconds   int      `json:"ttl_seconds"`
+}
+
+// TokenResponse carries a secret shown once.
+type TokenResponse struct {
+	ID        string     `json:"id,omitempty"`
+	Token     string     `json:"token"`
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+// Runner is a registered runner as the admin API shows it.
+type Runner struct {
+	ID             string     `json:"id"`
+	Tenant         string     `json:"tenant"`
+	Pool           string     `json:"pool"`
+	Name           string     `json:"name"`
+	Labels         []string   `json:"labels"`
+	Status         string     `json:"status"`
+	SelfHosted     bool       `json:"self_hosted"`
+	KeyFingerprint string     `json:"key_fingerprint"`
+	LastSeenAt     *time.Time `json:"last_seen_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	Attempts       []string   `json:"attempts"`
+}
+
+// RunnerList answers GET /v1/runners.
+type RunnerList struct {
+	Runners []Runner `json:"runners"`
+}
+
+// PrincipalRequest is the body of POST /v1/principals.
+type PrincipalRequest struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // user | service
+}
+
+// Principal is an API principal.
+type Principal struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// PrincipalTokenRequest is the body of POST /v1/principals/{name}/tokens.
+type PrincipalTokenRequest struct {
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
+}
+
+// Control endpoints.
+
+// RunRequest is the body of POST /v1/runs.
+type RunRequest struct {
+	Job            string          `json:"job"`
+	Channel        string          `json:"channel"`
+	Ref            string          `json:"ref,omitempty"`
+	Params         json.RawMessage `json:"params,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+}
+
+// Run is a run as every endpoint that returns one returns it.
+type Run struct {
+	ID              string          `json:"id"`
+	State           string          `json:"state"`
+	Job             string          `json:"job"`
+	Channel         string          `json:"channel"`
+	Ref             string          `json:"ref"`
+	Commit          string          `json:"commit"`
+	Params          json.RawMessage `json:"params"`
+	Actor           string          `json:"actor"`
+	Reason          string          `json:"reason"`
+	Source          json.RawMessage `json:"source"`
+	Decision        json.RawMessage `json:"decision"`
+	Grants          json.RawMessage `json:"grants"`
+	LeaseKeys       json.RawMessage `json:"lease_keys"`
+	WaitingFor      string          `json:"waiting_for"`
+	Attempts        []Attempt       `json:"attempts"`
+	Approvals       []Approval      `json:"approvals"`
+	CancelRequested bool            `json:"cancel_requested"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	FinishedAt      *time.Time      `json:"finished_at"`
+}
+
+// Attempt is one execution attempt of a run.
+type Attempt struct {
+	ID             string          `json:"id"`
+	Number         int             `json:"number"`
+	State          string          `json:"state"`
+	Runner         string          `json:"runner"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ClaimedAt      *time.Time      `json:"claimed_at"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	Deadline       *time.Time      `json:"deadline"`
+	EndedAt        *time.Time      `json:"ended_at"`
+	Result         json.RawMessage `json:"result"`
+}
+
+// Approval is one approver's verdict.
+type Approval struct {
+	Approver string    `json:"approver"`
+	Verdict  string    `json:"verdict"`
+	Comment  string    `json:"comment"`
+	At       time.Time `json:"at"`
+}
+
+// RunList answers GET /v1/runs.
+type RunList struct {
+	Runs       []Run  `json:"runs"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// RunLogLine is a stored log line as GET /v1/runs/{id}/logs returns it.
+type RunLogLine struct {
+	ID        int64     `json:"id"`
+	AttemptID string    `json:"attempt_id"`
+	At        time.Time `json:"at"`
+	Stream    string    `json:"stream"`
+	Text      string    `json:"text"`
+}
+
+// LogList answers GET /v1/runs/{id}/logs without follow.
+type LogList struct {
+	Lines    []RunLogLine `json:"lines"`
+	Next     int64        `json:"next"`
+	RunState string       `json:"run_state"`
+	Done     bool         `json:"done"`
+}
+
+// CommentRequest is the body of approve, reject and cancel.
+type CommentRequest struct {
+	Comment string `json:"comment,omitempty"`
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jobplane/jobplane/internal/catalog"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// definitions adapts the Git source to the run service.
+type definitions struct {
+	src *gitsync.Source
+}
+
+// OpenDefinitions opens the definitions repository for the run service.
+func OpenDefinitions(repo string, channels map[string]string) (control.Definitions, error) {
+	src, err := gitsync.Open(repo, channels)
+	if err != nil {
+		return nil, err
+	}
+	return &definitions{src: src}, nil
+}
+
+func (d *definitions) Resolve(_ context.Context, channel, ref string) (control.Catalog, error) {
+	if ref != "" {
+		return nil, fmt.Errorf("ref is only accepted for pattern channels, and channel %s is not one: %w", channel, protocol.ErrBadRequest)
+	}
+	snap, err := d.src.Resolve(channel)
+	if errors.Is(err, gitsync.ErrUnknownChannel) {
+		return nil, fmt.Errorf("channel %q: %w", channel, protocol.ErrUnknownChannel)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("definitions of channel %s: %s: %w", channel, err.Error(), protocol.ErrCatalogUnavailable)
+	}
+	return &pinned{snap: snap}, nil
+}
+
+type pinned struct {
+	snap *gitsync.Snapshot
+}
+
+func (p *pinned) Commit() string { return p.snap.Commit }
+func (p *pinned) Branch() string { return p.snap.Branch }
+
+func (p *pinned) Job(name string) (control.Spec, bool) {
+	j, ok := p.snap.Catalog.Job(name)
+	if !ok {
+		return control.Spec{}, false
+	}
+	labels := j.RunsOn.Labels
+	if labels == nil {
+		labels = []string{}
+	}
+	return control.Spec{
+		Name: j.Name, Command: j.Run.Command, Env: j.Run.Env,
+		Timeout: control.Duration(j.Run.Timeout), LeaseTTL: control.Duration(j.Run.LeaseTTL),
+		Pool: j.RunsOn.Pool, Labels: labels,
+		MaxAttempts: j.Retries.MaxAttempts, Backoff: control.Duration(j.Retries.Backoff),
+	}, true
+}
+
+func (p *pinned) ValidateParams(job string, params json.RawMessage) (json.RawMessage, error) {
+	j, ok := p.snap.Catalog.Job(job)
+	if !ok {
+		return nil, fmt.Errorf("no job %q: %w", job, protocol.ErrUnknownJob)
+	}
+	out, err := j.ValidateParams(params)
+	var pe *catalog.ParamsError
+	if errors.As(err, &pe) {
+		return nil, &control.ParamsError{Field: pe.Field, Message: pe.Message}
+	}
+	return out, err
+}
+
+func (p *pinned) Decide(req control.DecisionRequest) control.Decision {
+	d := p.snap.Catalog.Decide(catalog.Request{Job: req.Job, Channel: req.Channel, Actor: req.Actor, ActorKind: req.ActorKind})
+	detail, _ := json.Marshal(d)
+	return control.Decision{Allowed: d.Allowed, Explanation: d.Explanation, Detail: detail}
+}

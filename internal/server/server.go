@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/api"
+	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/postgres"
+	"github.com/jobplane/jobplane/internal/store/sqlite"
+)
+
+// Server is a running control plane.
+type Server struct {
+	cfg      config.Server
+	log      *slog.Logger
+	clock    clock.Clock
+	store    store.Store
+	svc      *control.Service
+	http     *http.Server
+	ln       net.Listener
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	serveErr chan error
+}
+
+// Options are the test seams of a server.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// ReapInterval defaults to one second.
+	ReapInterval time.Duration
+}
+
+// OpenStore opens the store a --db value names and applies its migrations.
+func OpenStore(ctx context.Context, dsn string) (store.Store, error) {
+	driver, rest, err := config.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	switch driver {
+	case "sqlite":
+		return sqlite.Open(ctx, rest)
+	default:
+		return postgres.Open(ctx, rest)
+	}
+}
+
+// Start opens everything and begins serving. The listener is bound before
+// Start returns, so Addr is usable at once.
+func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.ReapInterval <= 0 {
+		opts.ReapInterval = time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	defs, err := OpenDefinitions(cfg.Definitions, cfg.Channels)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("open definitions: %w", err)
+	}
+	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger, APIURL: cfg.PublicURL})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if cfg.AdminToken != "" {
+		if err := svc.EnsureAdmin(ctx, cfg.AdminToken); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("create admin principal: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	h := api.New(api.Config{
+		Control: svc,
+		Auth:    &authn.Authenticator{Store: st, Clock: opts.Clock},
+		Logger:  opts.Logger,
+		Ready:   st.Ping,
+	})
+	s := &Server{
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
+		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		serveErr: make(chan error, 1),
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.loop(bg, "reaper", opts.ReapInterval, func(ctx context.Context) error {
+		_, err := svc.Reap(ctx)
+		return err
+	})
+	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
+		_, err := svc.PurgeNonces(ctx)
+		return err
+	})
+	go func() { s.serveErr <- s.http.Serve(ln) }()
+	s.log.Info("server: listening", "addr", ln.Addr().String(), "db", driverOf(cfg.DB), "channels", cfg.Channels)
+	return s, nil
+}
+
+func driverOf(dsn string) string {
+	d, _, _ := config.ParseDSN(dsn)
+	return d
+}
+
+// loop runs fn every interval, with jitter so replicas do not march in step.
+func (s *Server) loop(ctx context.Context, name string, every time.Duration, fn func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			jitter := time.Duration(rand.Int64N(int64(every)/5 + 1))
+			t := time.NewTimer(every - every/10 + jitter)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("server: background "+name+" failed", "err", err)
+			}
+		}
+	}()
+}
+
+// Addr is the bound listen address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Control exposes the run service (for the dev command and tests).
+func (s *Server) Control() *control.Service { return s.svc }
+
+// Store exposes the store (for tests).
+func (s *Server) Store() store.Store { return s.store }
+
+// Wait blocks until the HTTP server stops.
+func (s *Server) Wait() error {
+	err := <-s.serveErr
+	s.serveErr <- err
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Stop drains HTTP requests, stops the loops and closes the store.
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		_ = s.http.Close()
+	}
+	s.cancel()
+	s.wg.Wait()
+	return errors.Join(err, s.store.Close())
+}

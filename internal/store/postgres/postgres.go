@@ -1,0 +1,292 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// channelBase is the NOTIFY channel of the default schema. A store in another
+// schema is another installation and gets its own channel, so that neither
+// wakes the other's claimers (and parallel tests stay independent).
+const channelBase = "jobplane_work"
+
+// Store is a PostgreSQL-backed store.Store.
+type Store struct {
+	queries
+	pool    *pgxpool.Pool
+	channel string
+
+	mu   sync.Mutex
+	wake chan struct{}
+
+	stopListen context.CancelFunc
+	listenDone chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects, migrates, and starts the LISTEN connection.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{})}
+	s.queries = queries{db: pool, s: s}
+	fail := func(err error) (*Store, error) {
+		pool.Close()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return fail(err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fail(interpretError(err))
+	}
+	s.channel = channelBase
+	if schema != "public" {
+		s.channel = channelBase + "_" + schema
+	}
+	// The first LISTEN is synchronous so that a NOTIFY sent right after Open
+	// is not missed.
+	conn, err := s.listenConn(ctx, cfg.ConnConfig)
+	if err != nil {
+		return fail(fmt.Errorf("%w: listen: %w", store.ErrUnavailable, err))
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	s.stopListen = cancel
+	go s.listen(lctx, cfg.ConnConfig, conn)
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.up.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("postgres: migration %s: bad version: %w", base, err)
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			// Concurrent server starts on one schema wait here instead of
+			// racing to create the same tables.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('jobplane.migrations:' || current_schema()))`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+				return err
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+			// Simple protocol: a migration file holds several statements.
+			if _, err := tx.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, version)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("postgres: migration %s: %w", base, interpretError(err))
+		}
+	}
+	return nil
+}
+
+func (s *Store) listenConn(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// listen owns one dedicated connection. After a reconnect it broadcasts once:
+// notifications sent while it was away are lost, and a spurious wake only
+// costs claimers one empty poll.
+func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn) {
+	defer close(s.listenDone)
+	backoff := 50 * time.Millisecond
+	for {
+		if conn != nil {
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					break
+				}
+				s.broadcast()
+			}
+			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = conn.Close(closeCtx)
+			cancel()
+			conn = nil
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		}
+		var err error
+		if conn, err = s.listenConn(ctx, cfg); err != nil {
+			conn = nil
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		s.broadcast()
+	}
+}
+
+// InTx runs fn in one READ COMMITTED transaction, retrying it on
+// serialization failures and deadlocks.
+func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	const maxTries = 5
+	for try := 1; ; try++ {
+		err := s.tryTx(ctx, fn)
+		if err == nil || try >= maxTries || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		d := time.Duration(rand.Int64N(int64(5*time.Millisecond)*int64(try))) + time.Millisecond
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(d):
+		}
+	}
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return interpretError(err)
+		}
+		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
+	}
+	if err := fn(&queries{db: tx, s: s}); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.Is(err, pgx.ErrTxCommitRollback), errors.As(err, &pgErr):
+			// The server answered: the transaction did not commit.
+			return interpretError(err)
+		default:
+			return fmt.Errorf("%w: %w", store.ErrCommitUnknown, err)
+		}
+	}
+	return nil
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// Wake returns the channel the next notification closes.
+func (s *Store) Wake() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wake
+}
+
+func (s *Store) broadcast() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close stops the listener and closes the pool.
+func (s *Store) Close() error {
+	s.stopListen()
+	<-s.listenDone
+	s.pool.Close()
+	return nil
+}
+
+// interpretError is the one place driver errors become the store's sentinels.
+// The driver error stays in the chain for logs and for retry decisions.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrAlreadyExists, store.ErrCommitUnknown, store.ErrUnavailable} {
+		if errors.Is(err, sentinel) {
+			return err
+		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == "23505" {
+			return fmt.Errorf("%w: %w", store.ErrAlreadyExists, err)
+		}
+		return err
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}

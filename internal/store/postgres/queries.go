@@ -1,0 +1,584 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// queries implements store.Queries over the pool or one transaction.
+type queries struct {
+	db dbtx
+	s  *Store
+}
+
+var _ store.Tx = (*queries)(nil)
+
+type scanner interface{ Scan(dest ...any) error }
+
+// nowSQL is the statement clock unless the caller passes a time as $1.
+const nowSQL = "coalesce($1::timestamptz, clock_timestamp())"
+
+func limit(n int) any {
+	if n <= 0 {
+		return nil // LIMIT NULL is no limit
+	}
+	return n
+}
+
+func newID(prefix string) string { return id.New(prefix, time.Now()) }
+
+func forUpdateSQL(forUpdate bool) string {
+	if forUpdate {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+func (q *queries) exec1(ctx context.Context, sql string, args ...any) error {
+	tag, err := q.db.Exec(ctx, sql, args...)
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// insert runs an INSERT ... ON CONFLICT DO NOTHING RETURNING. DO NOTHING
+// rather than a unique-violation error keeps the caller's transaction usable,
+// e.g. to read the row that won.
+func (q *queries) insert(ctx context.Context, sql string, args []any, dest ...any) error {
+	err := q.db.QueryRow(ctx, sql, args...).Scan(dest...)
+	if err == pgx.ErrNoRows {
+		return store.ErrAlreadyExists
+	}
+	return interpretError(err)
+}
+
+// ---- tokens and principals ----
+
+const principalCols = "id, tenant, kind, name, admin, created_at"
+
+func scanPrincipal(r scanner, extra ...any) (*store.Principal, error) {
+	p := &store.Principal{}
+	if err := r.Scan(append([]any{&p.ID, &p.Tenant, &p.Kind, &p.Name, &p.Admin, &p.CreatedAt}, extra...)...); err != nil {
+		return nil, interpretError(err)
+	}
+	utc(&p.CreatedAt)
+	return p, nil
+}
+
+func (q *queries) APITokenCreate(ctx context.Context, t *store.APIToken) error {
+	if t.ID == "" {
+		t.ID = newID(id.Token)
+	}
+	err := q.insert(ctx, `INSERT INTO api_tokens (id, principal_id, digest, expires_at, revoked_at, created_at)
+		VALUES ($2, $3, $4, $5, $6, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		[]any{timeArg(t.CreatedAt), t.ID, t.PrincipalID, t.Digest, t.ExpiresAt, t.RevokedAt}, &t.CreatedAt)
+	utc(&t.CreatedAt)
+	return err
+}
+
+func (q *queries) APITokenGetByDigest(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
+	t := &store.APIToken{}
+	row := q.db.QueryRow(ctx, `SELECT p.id, p.tenant, p.kind, p.name, p.admin, p.created_at,
+		t.id, t.principal_id, t.digest, t.expires_at, t.revoked_at, t.created_at
+		FROM api_tokens t JOIN principals p ON p.id = t.principal_id WHERE t.digest = $1`, digest)
+	p, err := scanPrincipal(row, &t.ID, &t.PrincipalID, &t.Digest, &t.ExpiresAt, &t.RevokedAt, &t.CreatedAt)
+	if err != nil {
+		return nil, nil, err
+	}
+	utcp(&t.ExpiresAt)
+	utcp(&t.RevokedAt)
+	utc(&t.CreatedAt)
+	return t, p, nil
+}
+
+func (q *queries) APITokenRevoke(ctx context.Context, tokenID string, now *time.Time) error {
+	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, `+nowSQL+`) WHERE id = $2`, now, tokenID)
+}
+
+func (q *queries) PrincipalCreate(ctx context.Context, p *store.Principal) error {
+	if p.ID == "" {
+		p.ID = newID(id.Principal)
+	}
+	err := q.insert(ctx, `INSERT INTO principals (id, tenant, kind, name, admin, created_at)
+		VALUES ($2, $3, $4, $5, $6, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		[]any{timeArg(p.CreatedAt), p.ID, p.Tenant, p.Kind, p.Name, p.Admin}, &p.CreatedAt)
+	utc(&p.CreatedAt)
+	return err
+}
+
+func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (*store.Principal, error) {
+	return scanPrincipal(q.db.QueryRow(ctx, `SELECT `+principalCols+` FROM principals WHERE tenant = $1 AND name = $2`, tenant, name))
+}
+
+// ---- attempts ----
+
+const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
+	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
+	result, created_at`
+
+var attemptColsQ = prefixCols("attempts.", attemptCols)
+
+func scanAttempt(r scanner) (*store.Attempt, error) {
+	a := &store.Attempt{}
+	var ttl, timeout int64
+	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, &a.Labels, &ttl, &timeout,
+		&a.NotBefore, &a.RunnerID, &a.LeaseDigest, &a.ClaimRequestID, &a.ClaimedAt, &a.LeaseExpiresAt,
+		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	a.LeaseTTL, a.Timeout = us(ttl), us(timeout)
+	nilEmpty(&a.Labels)
+	utc(&a.NotBefore)
+	utc(&a.CreatedAt)
+	for _, p := range []**time.Time{&a.ClaimedAt, &a.LeaseExpiresAt, &a.Deadline, &a.HeartbeatAt, &a.EndedAt} {
+		utcp(p)
+	}
+	return a, nil
+}
+
+func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*store.Attempt, error) {
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// AttemptClaim locks the chosen row in a CTE and updates exactly it; the CTE
+// shape (not IN (SELECT … LIMIT …)) guarantees at most one row (bug #15715).
+func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now),
+		c AS (
+			SELECT a.id FROM attempts a
+			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
+				AND a.not_before <= (SELECT now FROM n) AND a.labels <@ $7::text[]
+			ORDER BY a.not_before, a.id
+			LIMIT 1
+			FOR UPDATE OF a SKIP LOCKED)
+		UPDATE attempts SET state = 'leased', runner_id = $2, lease_digest = $3, claim_request_id = $4,
+			claimed_at = n.now, heartbeat_at = n.now,
+			deadline = n.now + attempts.timeout_us * interval '1 microsecond',
+			lease_expires_at = n.now + LEAST(attempts.lease_ttl_us, attempts.timeout_us) * interval '1 microsecond'
+		FROM c, n
+		WHERE attempts.id = c.id AND attempts.state = 'queued'
+		RETURNING `+attemptColsQ,
+		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels)))
+}
+
+func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
+	if a.ID == "" {
+		a.ID = newID(id.Attempt)
+	}
+	if a.State == "" {
+		a.State = store.AttemptQueued
+	}
+	err := q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		[]any{timeArg(a.CreatedAt), a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels),
+			a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(), a.NotBefore, a.RunnerID, a.LeaseDigest,
+			a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt, jsonArg(a.Result)},
+		&a.CreatedAt)
+	utc(&a.CreatedAt)
+	return err
+}
+
+func (q *queries) AttemptGetByClaimRequest(ctx context.Context, runnerID, requestID string) (*store.Attempt, error) {
+	if requestID == "" {
+		return nil, store.ErrNotFound
+	}
+	return scanAttempt(q.db.QueryRow(ctx, `SELECT `+attemptCols+` FROM attempts
+		WHERE runner_id = $1 AND claim_request_id = $2 ORDER BY number DESC LIMIT 1`, runnerID, requestID))
+}
+
+func (q *queries) AttemptGetByID(ctx context.Context, attemptID string, forUpdate bool) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRow(ctx, `SELECT `+attemptCols+` FROM attempts WHERE id = $1`+forUpdateSQL(forUpdate), attemptID))
+}
+
+func (q *queries) AttemptListByRun(ctx context.Context, runID string) ([]*store.Attempt, error) {
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = $1 ORDER BY number`, runID)
+}
+
+func (q *queries) AttemptListExpired(ctx context.Context, p *store.AttemptListExpiredParams) ([]*store.Attempt, error) {
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
+		WHERE state = 'leased' AND lease_expires_at <= `+nowSQL+`
+		ORDER BY lease_expires_at, id LIMIT $2`, p.Now, limit(p.Limit))
+}
+
+func (q *queries) AttemptListLeasedByRunner(ctx context.Context, runnerID string) ([]*store.Attempt, error) {
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
+		WHERE runner_id = $1 AND state = 'leased' ORDER BY claimed_at, id`, runnerID)
+}
+
+// AttemptRenew re-checks state, digest and expiry in the UPDATE itself, so a
+// renewal racing the reaper either wins entirely or matches nothing.
+func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now)
+		UPDATE attempts SET
+			lease_expires_at = LEAST(n.now + attempts.lease_ttl_us * interval '1 microsecond', attempts.deadline),
+			heartbeat_at = n.now
+		FROM n
+		WHERE attempts.id = $2 AND attempts.state = 'leased' AND attempts.lease_digest = $3
+			AND attempts.lease_expires_at > n.now
+		RETURNING `+attemptColsQ, p.Now, p.ID, p.LeaseDigest))
+}
+
+func (q *queries) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
+	return q.exec1(ctx, `UPDATE attempts SET state = $1, runner_id = $2, lease_digest = $3, claim_request_id = $4,
+		claimed_at = $5, lease_expires_at = $6, deadline = $7, heartbeat_at = $8, ended_at = $9, result = $10,
+		not_before = $11 WHERE id = $12`,
+		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
+		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.ID)
+}
+
+// ---- audit ----
+
+func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
+	err := q.db.QueryRow(ctx, `INSERT INTO audit_events (tenant, at, actor, action, subject, details)
+		VALUES ($2, `+nowSQL+`, $3, $4, $5, $6) RETURNING seq, at`,
+		timeArg(e.At), e.Tenant, e.Actor, e.Action, e.Subject, jsonArg(e.Details)).Scan(&e.Seq, &e.At)
+	utc(&e.At)
+	return interpretError(err)
+}
+
+func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
+	rows, err := q.db.Query(ctx, `SELECT seq, tenant, at, actor, action, subject, details FROM audit_events
+		WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR subject = $3) ORDER BY seq LIMIT $4`,
+		p.Tenant, p.After, p.RunID, limit(p.Limit))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.AuditEvent
+	for rows.Next() {
+		e := &store.AuditEvent{}
+		if err := rows.Scan(&e.Seq, &e.Tenant, &e.At, &e.Actor, &e.Action, &e.Subject, jsonCol{&e.Details}); err != nil {
+			return nil, interpretError(err)
+		}
+		utc(&e.At)
+		out = append(out, e)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// ---- logs ----
+
+// LogAppend is one statement. Two concurrent copies of a chunk both pass the
+// NOT EXISTS check, but the second then waits on the unique index and
+// inserts nothing, so only one reports the chunk as new.
+func (q *queries) LogAppend(ctx context.Context, p *store.LogAppendParams) (bool, error) {
+	if len(p.Lines) == 0 {
+		var exists bool
+		err := q.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM log_lines WHERE attempt_id = $1 AND seq = $2)`,
+			p.AttemptID, p.Seq).Scan(&exists)
+		return !exists, interpretError(err)
+	}
+	ats := make([]*time.Time, len(p.Lines))
+	streams := make([]string, len(p.Lines))
+	texts := make([]string, len(p.Lines))
+	for i, l := range p.Lines {
+		if !l.At.IsZero() {
+			at := l.At
+			ats[i] = &at
+		}
+		streams[i], texts[i] = l.Stream, l.Text
+	}
+	var n int64
+	err := q.db.QueryRow(ctx, `WITH ins AS (
+			INSERT INTO log_lines (run_id, attempt_id, seq, idx, at, stream, text)
+			SELECT $1, $2, $3, u.ord - 1, coalesce(u.at, clock_timestamp()), u.stream, u.text
+			FROM unnest($4::timestamptz[], $5::text[], $6::text[]) WITH ORDINALITY AS u(at, stream, text, ord)
+			WHERE NOT EXISTS (SELECT 1 FROM log_lines WHERE attempt_id = $2 AND seq = $3)
+			ORDER BY u.ord
+			ON CONFLICT DO NOTHING
+			RETURNING 1)
+		SELECT count(*) FROM ins`, p.RunID, p.AttemptID, p.Seq, ats, streams, texts).Scan(&n)
+	if err != nil {
+		return false, interpretError(err)
+	}
+	return n > 0, nil
+}
+
+func (q *queries) LogList(ctx context.Context, p *store.LogListParams) ([]*store.LogLine, error) {
+	rows, err := q.db.Query(ctx, `SELECT id, run_id, attempt_id, seq, idx, at, stream, text FROM log_lines
+		WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3`, p.RunID, p.After, limit(p.Limit))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.LogLine
+	for rows.Next() {
+		l := &store.LogLine{}
+		if err := rows.Scan(&l.ID, &l.RunID, &l.AttemptID, &l.Seq, &l.Idx, &l.At, &l.Stream, &l.Text); err != nil {
+			return nil, interpretError(err)
+		}
+		utc(&l.At)
+		out = append(out, l)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// ---- nonces, clock ----
+
+func (q *queries) NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error {
+	tag, err := q.db.Exec(ctx, `INSERT INTO nonces (runner_id, nonce, expires_at) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, runnerID, nonce, expiresAt)
+	if err != nil {
+		return interpretError(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrAlreadyExists
+	}
+	return nil
+}
+
+func (q *queries) NoncePurge(ctx context.Context, now *time.Time) (int, error) {
+	tag, err := q.db.Exec(ctx, `DELETE FROM nonces WHERE expires_at < `+nowSQL, now)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (q *queries) Now(ctx context.Context, now *time.Time) (time.Time, error) {
+	if now != nil {
+		return *now, nil
+	}
+	var t time.Time
+	if err := q.db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, interpretError(err)
+	}
+	return t.UTC(), nil
+}
+
+// ---- registration tokens ----
+
+const regTokenCols = "digest, tenant, pool, labels, allowed_repos, self_hosted, expires_at, used_at, created_at"
+
+func (q *queries) RegTokenCreate(ctx context.Context, t *store.RegToken) error {
+	err := q.insert(ctx, `INSERT INTO reg_tokens (`+regTokenCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, `+nowSQL+`)
+		ON CONFLICT DO NOTHING RETURNING created_at`,
+		[]any{timeArg(t.CreatedAt), t.Digest, t.Tenant, t.Pool, listArg(t.Labels), listArg(t.AllowedRepos),
+			t.SelfHosted, t.ExpiresAt, t.UsedAt}, &t.CreatedAt)
+	utc(&t.CreatedAt)
+	return err
+}
+
+// RegTokenUse: the UPDATE re-checks used_at after any lock wait, so of
+// concurrent uses exactly one matches.
+func (q *queries) RegTokenUse(ctx context.Context, digest string, now *time.Time) (*store.RegToken, error) {
+	t := &store.RegToken{}
+	err := q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now)
+		UPDATE reg_tokens SET used_at = n.now FROM n
+		WHERE digest = $2 AND used_at IS NULL AND expires_at > n.now
+		RETURNING `+prefixCols("reg_tokens.", regTokenCols), now, digest).Scan(&t.Digest, &t.Tenant, &t.Pool,
+		&t.Labels, &t.AllowedRepos, &t.SelfHosted, &t.ExpiresAt, &t.UsedAt, &t.CreatedAt)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	nilEmpty(&t.Labels)
+	nilEmpty(&t.AllowedRepos)
+	utc(&t.ExpiresAt)
+	utcp(&t.UsedAt)
+	utc(&t.CreatedAt)
+	return t, nil
+}
+
+// ---- runs ----
+
+const runCols = `id, tenant, job, channel, ref, commit_sha, params, actor, reason, source, idempotency_key, state,
+	decision, grants, lease_keys, waiting_for, spec, max_attempts, counted_attempts, cancel_requested,
+	created_at, updated_at, finished_at`
+
+func scanRun(r scanner) (*store.Run, error) {
+	x := &store.Run{}
+	err := r.Scan(&x.ID, &x.Tenant, &x.Job, &x.Channel, &x.Ref, &x.Commit, jsonCol{&x.Params}, &x.Actor, &x.Reason,
+		jsonCol{&x.Source}, &x.IdempotencyKey, &x.State, jsonCol{&x.Decision}, jsonCol{&x.Grants},
+		jsonCol{&x.LeaseKeys}, &x.WaitingFor, jsonCol{&x.Spec}, &x.MaxAttempts, &x.CountedAttempts,
+		&x.CancelRequested, &x.CreatedAt, &x.UpdatedAt, &x.FinishedAt)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	utc(&x.CreatedAt)
+	utc(&x.UpdatedAt)
+	utcp(&x.FinishedAt)
+	return x, nil
+}
+
+func (q *queries) RunCreate(ctx context.Context, r *store.Run) error {
+	if r.ID == "" {
+		r.ID = newID(id.Run)
+	}
+	err := q.insert(ctx, `WITH n AS (SELECT `+nowSQL+` AS now)
+		INSERT INTO runs (`+runCols+`) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+			$19, $20, $21, $22, n.now, coalesce($2::timestamptz, n.now), $23 FROM n
+		ON CONFLICT DO NOTHING RETURNING created_at, updated_at`,
+		[]any{timeArg(r.CreatedAt), timeArg(r.UpdatedAt), r.ID, r.Tenant, r.Job, r.Channel, r.Ref, r.Commit,
+			jsonArg(r.Params), r.Actor, r.Reason, jsonArg(r.Source), r.IdempotencyKey, r.State, jsonArg(r.Decision),
+			jsonArg(r.Grants), jsonArg(r.LeaseKeys), r.WaitingFor, jsonArg(r.Spec), r.MaxAttempts, r.CountedAttempts,
+			r.CancelRequested, r.FinishedAt},
+		&r.CreatedAt, &r.UpdatedAt)
+	utc(&r.CreatedAt)
+	utc(&r.UpdatedAt)
+	return err
+}
+
+func (q *queries) RunGetByID(ctx context.Context, runID string, forUpdate bool) (*store.Run, error) {
+	return scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`+forUpdateSQL(forUpdate), runID))
+}
+
+func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key string) (*store.Run, error) {
+	if key == "" {
+		return nil, store.ErrNotFound
+	}
+	return scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs
+		WHERE tenant = $1 AND actor = $2 AND idempotency_key = $3`, tenant, actor, key))
+}
+
+func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+runCols+` FROM runs
+		WHERE tenant = $1 AND ($2 = '' OR job = $2) AND ($3 = '' OR state = $3) AND ($4 = '' OR id < $4)
+		ORDER BY id DESC LIMIT $5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
+	return q.exec1(ctx, `UPDATE runs SET state = $2, decision = $3, grants = $4, waiting_for = $5,
+		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8 WHERE id = $9`,
+		timeArg(r.UpdatedAt), r.State, jsonArg(r.Decision), jsonArg(r.Grants), r.WaitingFor, r.CountedAttempts,
+		r.CancelRequested, r.FinishedAt, r.ID)
+}
+
+// ---- runners ----
+
+const runnerCols = `id, tenant, pool, name, labels, public_key, key_fingerprint, status, self_hosted, allowed_repos,
+	version, last_seen_at, created_at`
+
+func scanRunner(r scanner) (*store.Runner, error) {
+	x := &store.Runner{}
+	err := r.Scan(&x.ID, &x.Tenant, &x.Pool, &x.Name, &x.Labels, &x.PublicKey, &x.KeyFingerprint, &x.Status,
+		&x.SelfHosted, &x.AllowedRepos, &x.Version, &x.LastSeenAt, &x.CreatedAt)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	nilEmpty(&x.Labels)
+	nilEmpty(&x.AllowedRepos)
+	utcp(&x.LastSeenAt)
+	utc(&x.CreatedAt)
+	return x, nil
+}
+
+func (q *queries) RunnerCreate(ctx context.Context, r *store.Runner) error {
+	if r.ID == "" {
+		r.ID = newID(id.Runner)
+	}
+	if r.Status == "" {
+		r.Status = store.RunnerActive
+	}
+	err := q.insert(ctx, `INSERT INTO runners (`+runnerCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+		$13, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		[]any{timeArg(r.CreatedAt), r.ID, r.Tenant, r.Pool, r.Name, listArg(r.Labels), r.PublicKey, r.KeyFingerprint,
+			r.Status, r.SelfHosted, listArg(r.AllowedRepos), r.Version, r.LastSeenAt}, &r.CreatedAt)
+	utc(&r.CreatedAt)
+	return err
+}
+
+func (q *queries) RunnerGetByID(ctx context.Context, runnerID string, forUpdate bool) (*store.Runner, error) {
+	return scanRunner(q.db.QueryRow(ctx, `SELECT `+runnerCols+` FROM runners WHERE id = $1`+forUpdateSQL(forUpdate), runnerID))
+}
+
+func (q *queries) RunnerList(ctx context.Context, tenant string) ([]*store.Runner, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+runnerCols+` FROM runners WHERE tenant = $1 ORDER BY id`, tenant)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.Runner
+	for rows.Next() {
+		r, err := scanRunner(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Time) error {
+	return q.exec1(ctx, `UPDATE runners SET last_seen_at = `+nowSQL+` WHERE id = $2`, now, runnerID)
+}
+
+func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
+	return q.exec1(ctx, `UPDATE runners SET status = $1, public_key = $2, key_fingerprint = $3, labels = $4 WHERE id = $5`,
+		r.Status, r.PublicKey, r.KeyFingerprint, listArg(r.Labels), r.ID)
+}
+
+// ---- tenants ----
+
+func (q *queries) TenantEnsure(ctx context.Context, name string, now *time.Time) (*store.Tenant, error) {
+	if _, err := q.db.Exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES ($2, $3, `+nowSQL+`)
+		ON CONFLICT (name) DO NOTHING`, now, newID(id.Tenant), name); err != nil {
+		return nil, interpretError(err)
+	}
+	t := &store.Tenant{}
+	if err := q.db.QueryRow(ctx, `SELECT id, name, created_at FROM tenants WHERE name = $1`, name).
+		Scan(&t.ID, &t.Name, &t.CreatedAt); err != nil {
+		return nil, interpretError(err)
+	}
+	utc(&t.CreatedAt)
+	return t, nil
+}
+
+func (q *queries) TenantGetByID(ctx context.Context, tenantID string) (*store.Tenant, error) {
+	t := &store.Tenant{}
+	if err := q.db.QueryRow(ctx, `SELECT id, name, created_at FROM tenants WHERE id = $1`, tenantID).
+		Scan(&t.ID, &t.Name, &t.CreatedAt); err != nil {
+		return nil, interpretError(err)
+	}
+	utc(&t.CreatedAt)
+	return t, nil
+}
+
+// WakeClaimers: PostgreSQL delivers the notification at commit and drops it
+// on rollback, which is exactly the contract.
+func (q *queries) WakeClaimers(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, `SELECT pg_notify($1, '')`, q.s.channel)
+	return interpretError(err)
+}

@@ -1,0 +1,195 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// nowSQL is the database clock in the stored representation.
+const nowSQL = "CAST(unixepoch('subsec')*1000000 AS INTEGER)"
+
+// Store is a SQLite-backed store.Store.
+type Store struct {
+	queries
+	db *sql.DB
+	// gate serializes this process's write transactions before they reach
+	// SQLite, so that they queue in Go instead of spinning in the busy handler.
+	gate chan struct{}
+
+	mu   sync.Mutex
+	wake chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database file at path and migrates it.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)" +
+		"&_pragma=synchronous(normal)&_pragma=foreign_keys(1)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// Idle connections are kept so that the pragmas are not re-run per query.
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{db: db, gate: make(chan struct{}, 1), wake: make(chan struct{})}
+	s.queries = queries{db: db, s: s}
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.up.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %s: bad version: %w", base, err)
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, `+nowSQL+`)`, version)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+// inTx runs fn in one BEGIN IMMEDIATE transaction behind the gate.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	select {
+	case s.gate <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.gate }()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return interpretError(err)
+	}
+	return nil
+}
+
+// InTx runs fn in one write transaction. Another process holding the write
+// lock past busy_timeout surfaces as SQLITE_BUSY, which is retried a few times
+// like a serialization failure on PostgreSQL.
+func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	const maxTries = 4
+	for try := 1; ; try++ {
+		st := &txState{}
+		err := s.inTx(ctx, func(sqlTx *sql.Tx) error {
+			return fn(&queries{db: sqlTx, s: s, tx: st})
+		})
+		if err == nil {
+			if st.wake {
+				s.broadcast()
+			}
+			return nil
+		}
+		if try >= maxTries || !isBusy(err) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.IntN(20*try)+1) * time.Millisecond)
+	}
+}
+
+// Wake returns the channel the next WakeClaimers closes.
+func (s *Store) Wake() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wake
+}
+
+func (s *Store) broadcast() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// interpretError is the one place driver errors become the store's sentinels.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w: %w", store.ErrAlreadyExists, err)
+		}
+	}
+	return err
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}

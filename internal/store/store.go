@@ -1,0 +1,386 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations translate driver errors into these in one place.
+var (
+	// ErrNotFound: no row matched.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: a unique constraint refused the row.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrCommitUnknown: the commit's outcome is unknown (the connection broke
+	// during COMMIT). Callers answer 503 retry; they must not assume a rollback.
+	ErrCommitUnknown = errors.New("commit outcome unknown")
+	// ErrUnavailable: the database could not be reached.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// RunState is the state of a run.
+type RunState string
+
+// Run states (ARCHITECTURE.md "State machines").
+const (
+	RunPendingApproval RunState = "pending_approval"
+	RunQueued          RunState = "queued"
+	RunRunning         RunState = "running"
+	RunSucceeded       RunState = "succeeded"
+	RunFailed          RunState = "failed"
+	RunCancelled       RunState = "cancelled"
+	RunTimedOut        RunState = "timed_out"
+	RunDenied          RunState = "denied"
+	RunRejected        RunState = "rejected"
+	RunExpired         RunState = "expired"
+)
+
+// Terminal reports whether no further transition is possible.
+func (s RunState) Terminal() bool {
+	switch s {
+	case RunPendingApproval, RunQueued, RunRunning:
+		return false
+	}
+	return true
+}
+
+// AttemptState is the state of an attempt.
+type AttemptState string
+
+// Attempt states.
+const (
+	AttemptQueued       AttemptState = "queued"
+	AttemptLeased       AttemptState = "leased"
+	AttemptSucceeded    AttemptState = "succeeded"
+	AttemptFailed       AttemptState = "failed"
+	AttemptExpired      AttemptState = "expired"
+	AttemptCancelled    AttemptState = "cancelled"
+	AttemptRelinquished AttemptState = "relinquished"
+)
+
+// Terminal reports whether the attempt has ended.
+func (s AttemptState) Terminal() bool { return s != AttemptQueued && s != AttemptLeased }
+
+// Tenant is an isolation boundary: an organization or a GitHub installation.
+type Tenant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// Principal is a person or a service that calls the control API.
+type Principal struct {
+	ID        string
+	Tenant    string // tenant ID
+	Kind      string // user | service
+	Name      string
+	Admin     bool
+	CreatedAt time.Time
+}
+
+// APIToken is a bearer token of a principal; only its digest is stored.
+type APIToken struct {
+	ID          string
+	PrincipalID string
+	Digest      string
+	ExpiresAt   *time.Time
+	RevokedAt   *time.Time
+	CreatedAt   time.Time
+}
+
+// Run is one requested execution of a job.
+type Run struct {
+	ID              string
+	Tenant          string
+	Job             string
+	Channel         string
+	Ref             string
+	Commit          string
+	Params          json.RawMessage
+	Actor           string
+	Reason          string
+	Source          json.RawMessage
+	IdempotencyKey  string
+	State           RunState
+	Decision        json.RawMessage
+	Grants          json.RawMessage
+	LeaseKeys       json.RawMessage
+	WaitingFor      string
+	Spec            json.RawMessage // the pinned job definition this run executes
+	MaxAttempts     int             // attempts that count against retries
+	CountedAttempts int             // attempts so far that counted
+	CancelRequested bool
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
+// Attempt is the unit a runner claims.
+type Attempt struct {
+	ID             string
+	RunID          string
+	Tenant         string
+	Number         int
+	State          AttemptState
+	Pool           string
+	Labels         []string // labels the runner must have
+	LeaseTTL       time.Duration
+	Timeout        time.Duration
+	NotBefore      time.Time // not claimable before (retry backoff)
+	RunnerID       string
+	LeaseDigest    string
+	ClaimRequestID string
+	ClaimedAt      *time.Time
+	LeaseExpiresAt *time.Time
+	Deadline       *time.Time
+	HeartbeatAt    *time.Time
+	EndedAt        *time.Time
+	Result         json.RawMessage
+	CreatedAt      time.Time
+}
+
+// Runner is a registered execution agent.
+type Runner struct {
+	ID             string
+	Tenant         string
+	Pool           string
+	Name           string
+	Labels         []string
+	PublicKey      string // base64url Ed25519
+	KeyFingerprint string
+	Status         string // active | disabled
+	SelfHosted     bool
+	AllowedRepos   []string
+	Version        string
+	LastSeenAt     *time.Time
+	CreatedAt      time.Time
+}
+
+// Runner statuses.
+const (
+	RunnerActive   = "active"
+	RunnerDisabled = "disabled"
+)
+
+// RegToken is a single-use runner registration token; only its digest is stored.
+type RegToken struct {
+	Digest       string
+	Tenant       string
+	Pool         string
+	Labels       []string
+	AllowedRepos []string
+	SelfHosted   bool
+	ExpiresAt    time.Time
+	UsedAt       *time.Time
+	CreatedAt    time.Time
+}
+
+// LogLine is one stored line of a run's output.
+type LogLine struct {
+	ID        int64 // increasing within a run; the cursor of the logs API
+	RunID     string
+	AttemptID string
+	Seq       int64 // the runner's chunk number
+	Idx       int   // the line's position in its chunk
+	At        time.Time
+	Stream    string
+	Text      string
+}
+
+// AuditEvent records one mutation.
+type AuditEvent struct {
+	Seq     int64
+	Tenant  string
+	At      time.Time
+	Actor   string
+	Action  string
+	Subject string
+	Details json.RawMessage
+}
+
+// Params of the methods.
+
+// AttemptClaimParams selects and leases the oldest eligible queued attempt.
+type AttemptClaimParams struct {
+	Tenant         string
+	Pool           string
+	RunnerLabels   []string // an attempt is eligible if its labels are a subset
+	RunnerID       string
+	LeaseDigest    string
+	ClaimRequestID string
+	Now            *time.Time
+}
+
+// AttemptListExpiredParams lists leased attempts whose lease has run out.
+type AttemptListExpiredParams struct {
+	Now   *time.Time
+	Limit int
+}
+
+// AttemptRenewParams extends a live lease by its TTL, never past the deadline.
+type AttemptRenewParams struct {
+	ID          string
+	LeaseDigest string
+	Now         *time.Time
+}
+
+// AuditListParams pages the audit log.
+type AuditListParams struct {
+	Tenant string
+	After  int64
+	RunID  string // subject filter, optional
+	Limit  int
+}
+
+// LogAppendParams stores one chunk of lines; a chunk (attempt, seq) already
+// stored is ignored.
+type LogAppendParams struct {
+	RunID     string
+	AttemptID string
+	Seq       int64
+	Lines     []LogLine // At, Stream, Text
+}
+
+// LogListParams reads a run's lines after a cursor.
+type LogListParams struct {
+	RunID string
+	After int64
+	Limit int
+}
+
+// RunListParams pages runs, newest first.
+type RunListParams struct {
+	Tenant string
+	Job    string
+	State  string
+	Before string // cursor: list runs with ID < Before
+	Limit  int
+}
+
+// Queries is what both a Store and a Tx can do. Methods are alphabetized.
+type Queries interface {
+	// APITokenCreate inserts a token.
+	APITokenCreate(ctx context.Context, t *APIToken) error
+	// APITokenGetByDigest returns a token and its principal whether or not it
+	// is expired or revoked; the caller decides.
+	APITokenGetByDigest(ctx context.Context, digest string) (*APIToken, *Principal, error)
+	// APITokenRevoke marks a token revoked.
+	APITokenRevoke(ctx context.Context, id string, now *time.Time) error
+
+	// AttemptClaim leases the oldest eligible queued attempt (NotBefore <= now,
+	// tenant and pool equal, labels a subset of the runner's) to the runner in
+	// one statement: state leased, ClaimedAt and HeartbeatAt now, Deadline now +
+	// Timeout, LeaseExpiresAt min(now + LeaseTTL, Deadline). On PostgreSQL it
+	// uses FOR UPDATE SKIP LOCKED. ErrNotFound when nothing is eligible.
+	AttemptClaim(ctx context.Context, p *AttemptClaimParams) (*Attempt, error)
+	// AttemptCreate inserts an attempt. At most one queued or leased attempt
+	// may exist per run (ErrAlreadyExists).
+	AttemptCreate(ctx context.Context, a *Attempt) error
+	// AttemptGetByClaimRequest finds the attempt a runner claimed with a claim
+	// request ID.
+	AttemptGetByClaimRequest(ctx context.Context, runnerID, requestID string) (*Attempt, error)
+	// AttemptGetByID reads an attempt; forUpdate locks its row until the
+	// transaction ends.
+	AttemptGetByID(ctx context.Context, id string, forUpdate bool) (*Attempt, error)
+	// AttemptListByRun lists a run's attempts by number.
+	AttemptListByRun(ctx context.Context, runID string) ([]*Attempt, error)
+	// AttemptListExpired lists leased attempts with LeaseExpiresAt <= now,
+	// oldest expiry first. It is a snapshot: callers re-check under a lock.
+	AttemptListExpired(ctx context.Context, p *AttemptListExpiredParams) ([]*Attempt, error)
+	// AttemptListLeasedByRunner lists the attempts a runner holds leased.
+	AttemptListLeasedByRunner(ctx context.Context, runnerID string) ([]*Attempt, error)
+	// AttemptRenew extends a leased attempt's lease whose digest matches and
+	// whose lease has not expired: LeaseExpiresAt = min(now + LeaseTTL,
+	// Deadline), HeartbeatAt = now. ErrNotFound when no row matched.
+	AttemptRenew(ctx context.Context, p *AttemptRenewParams) (*Attempt, error)
+	// AttemptUpdate writes the mutable fields of an attempt (State, RunnerID,
+	// LeaseDigest, ClaimRequestID, ClaimedAt, LeaseExpiresAt, Deadline,
+	// HeartbeatAt, EndedAt, Result, NotBefore).
+	AttemptUpdate(ctx context.Context, a *Attempt) error
+
+	// AuditAppend appends an event; Seq and At (when zero: now) are assigned.
+	AuditAppend(ctx context.Context, e *AuditEvent) error
+	// AuditList lists events in sequence order.
+	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEvent, error)
+
+	// LogAppend stores a chunk; it reports false when the chunk was already stored.
+	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)
+	// LogList lists a run's lines with ID > After in order.
+	LogList(ctx context.Context, p *LogListParams) ([]*LogLine, error)
+
+	// NonceInsert records a runner's nonce; ErrAlreadyExists when it is known.
+	NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error
+	// NoncePurge deletes nonces that expired before now.
+	NoncePurge(ctx context.Context, now *time.Time) (int, error)
+
+	// Now returns now if it is not nil, else the database's statement clock.
+	Now(ctx context.Context, now *time.Time) (time.Time, error)
+
+	// PrincipalCreate inserts a principal (ErrAlreadyExists on tenant+name).
+	PrincipalCreate(ctx context.Context, p *Principal) error
+	// PrincipalGetByName reads a principal of a tenant.
+	PrincipalGetByName(ctx context.Context, tenant, name string) (*Principal, error)
+
+	// RegTokenCreate inserts a registration token.
+	RegTokenCreate(ctx context.Context, t *RegToken) error
+	// RegTokenUse marks an unused, unexpired token used and returns it, in one
+	// statement, so that of concurrent uses exactly one wins. ErrNotFound otherwise.
+	RegTokenUse(ctx context.Context, digest string, now *time.Time) (*RegToken, error)
+
+	// RunCreate inserts a run. ErrAlreadyExists when (tenant, actor,
+	// idempotency key) is taken.
+	RunCreate(ctx context.Context, r *Run) error
+	// RunGetByID reads a run; forUpdate locks it.
+	RunGetByID(ctx context.Context, id string, forUpdate bool) (*Run, error)
+	// RunGetByIdempotencyKey reads the run a principal created with a key.
+	RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key string) (*Run, error)
+	// RunList pages a tenant's runs, newest first.
+	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	// RunUpdate writes the mutable fields of a run (State, Decision, Grants,
+	// WaitingFor, CountedAttempts, CancelRequested, UpdatedAt, FinishedAt).
+	RunUpdate(ctx context.Context, r *Run) error
+
+	// RunnerCreate inserts a runner.
+	RunnerCreate(ctx context.Context, r *Runner) error
+	// RunnerGetByID reads a runner; forUpdate locks it.
+	RunnerGetByID(ctx context.Context, id string, forUpdate bool) (*Runner, error)
+	// RunnerList lists a tenant's runners.
+	RunnerList(ctx context.Context, tenant string) ([]*Runner, error)
+	// RunnerTouch sets LastSeenAt to now.
+	RunnerTouch(ctx context.Context, id string, now *time.Time) error
+	// RunnerUpdate writes Status, PublicKey, KeyFingerprint and Labels.
+	RunnerUpdate(ctx context.Context, r *Runner) error
+
+	// TenantEnsure returns the tenant with this name, creating it if needed.
+	TenantEnsure(ctx context.Context, name string, now *time.Time) (*Tenant, error)
+	// TenantGetByID reads a tenant.
+	TenantGetByID(ctx context.Context, id string) (*Tenant, error)
+
+	// WakeClaimers tells long-polling claimers, on every server replica, that
+	// work may be available once this transaction commits (NOTIFY on
+	// PostgreSQL; an in-process broadcast after commit on SQLite).
+	WakeClaimers(ctx context.Context) error
+}
+
+// Tx is a transaction.
+type Tx interface {
+	Queries
+}
+
+// Store is a database.
+type Store interface {
+	Queries
+	// InTx runs fn in one transaction and commits it. fn may run more than once:
+	// the store retries it on serialization failures and deadlocks, so fn must
+	// have no side effects outside tx. A broken COMMIT is ErrCommitUnknown.
+	InTx(ctx context.Context, fn func(tx Tx) error) error
+	// Wake returns a channel that is closed the next time work may be available
+	// (see WakeClaimers). Take a new one after each wake.
+	Wake() <-chan struct{}
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Close releases the connections.
+	Close() error
+}

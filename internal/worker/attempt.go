@@ -1,0 +1,480 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// Why a job was stopped; recorded as a system log line and, where a result
+// is still posted, as its summary.
+const (
+	reasonCancelled  = "cancelled"
+	reasonTimedOut   = "timed out"
+	reasonLeaseLost  = "lease lost"
+	reasonNotRenewed = "lease not renewed in time"
+	reasonShutdown   = "worker shutting down"
+)
+
+// readerDrain bounds the wait for output after the process group is gone:
+// a process that left the group (setsid) may still hold the pipes.
+const readerDrain = 2 * time.Second
+
+// attempt is one assigned attempt being executed.
+type attempt struct {
+	w        *Worker
+	asg      *protocol.Assignment
+	ref      apiclient.AttemptRef
+	log      *slog.Logger
+	ttl      time.Duration
+	deadline time.Time // local job deadline; zero when none
+	resultID string    // one request_id for every try of the result
+	logs     *shipper
+	finished chan struct{}
+
+	mu         sync.Mutex
+	trust      time.Time // stop acting at this instant unless renewed
+	lost       bool      // lease gone or trust ended: send nothing more
+	reason     string    // first stop reason
+	relinquish bool      // give the attempt back instead of a result
+	proc       *process
+}
+
+// leaseGone reports whether an answer means this runner no longer holds the
+// attempt: continuing would act without a lease.
+func leaseGone(err error) bool {
+	return apiclient.IsCode(err, protocol.CodeLeaseExpired) ||
+		apiclient.IsCode(err, protocol.CodeAttemptStale) ||
+		apiclient.IsCode(err, protocol.CodeRunnerDisabled) ||
+		apiclient.StatusOf(err) == http.StatusGone
+}
+
+// runAttempt executes one assignment from claim to result. claimSent is
+// when the claim that returned it was first sent.
+func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claimSent time.Time) {
+	ttl := leaseTTL(asg.Lease.TTLSeconds)
+	a := &attempt{
+		w:        w,
+		asg:      asg,
+		ref:      apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token},
+		log:      w.log.With("run_id", asg.RunID, "attempt_id", asg.AttemptID),
+		ttl:      ttl,
+		deadline: jobDeadline(claimSent, asg.Job.TimeoutSeconds, ttl),
+		resultID: id.Secret(16),
+		finished: make(chan struct{}),
+	}
+	a.trust = capAt(trustUntil(claimSent, ttl), a.deadline)
+	a.log.Info("worker: attempt assigned", "job", asg.Job.Name, "attempt_number", asg.AttemptNumber, "ttl", ttl)
+
+	w.mu.Lock()
+	w.running[asg.AttemptID] = a
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, asg.AttemptID)
+		w.mu.Unlock()
+	}()
+
+	// The attempt's own requests (final logs, result, relinquish) must
+	// outlive a shutdown; they are bounded by the trust window instead.
+	actx := context.WithoutCancel(ctx)
+	a.logs = newShipper(w.clk.Now, w.flushEvery, func(req protocol.LogsRequest) bool {
+		return a.call(actx, "send logs", func(c context.Context) error { return w.rc.Logs(c, a.ref, req) })
+	})
+	unhook := context.AfterFunc(ctx, func() { a.stop(reasonShutdown, false) })
+	defer unhook()
+
+	lastSent, ok := a.freshen(actx, claimSent)
+	if !ok {
+		a.logs.drop()
+		a.logs.close()
+		return
+	}
+	var keepers sync.WaitGroup
+	keepers.Go(func() { a.renewLoop(actx, lastSent) })
+	keepers.Go(a.watchdog)
+
+	outcome, code, summary := a.execute()
+	a.logs.close()
+	a.finish(actx, outcome, code, summary)
+	close(a.finished)
+	keepers.Wait()
+}
+
+// freshen renews before the job starts when the claim's trust window is
+// already half spent (a long poll can take most of a TTL): the renew is sent
+// later, so its window is longer. It returns the send time of the lease's
+// latest grant, or false when the attempt must not start.
+func (a *attempt) freshen(ctx context.Context, claimSent time.Time) (time.Time, bool) {
+	clk := a.w.clk
+	for n := 0; n < 3; n++ {
+		a.mu.Lock()
+		fresh := clk.Now().Add(a.ttl / 2).Before(a.trust)
+		a.mu.Unlock()
+		if fresh {
+			return claimSent, true
+		}
+		sent := clk.Now()
+		rctx, cancel := context.WithTimeout(ctx, max(a.ttl/3, time.Second))
+		resp, err := a.w.rc.Renew(rctx, a.ref)
+		cancel()
+		switch {
+		case err == nil:
+			a.extend(sent)
+			if resp.CancelRequested {
+				a.stop(reasonCancelled, false)
+			}
+			return sent, true
+		case leaseGone(err):
+			a.log.Warn("worker: lease gone before start", "error", err)
+			return time.Time{}, false
+		}
+		a.log.Warn("worker: renew before start failed", "error", err)
+		a.w.sleep(ctx, a.w.backoff(n))
+	}
+	a.log.Error("worker: cannot confirm the lease; not starting the job")
+	return time.Time{}, false
+}
+
+// extend moves the trust window after a renew sent at sent succeeded.
+func (a *attempt) extend(sent time.Time) {
+	t := capAt(trustUntil(sent, a.ttl), a.deadline)
+	a.mu.Lock()
+	if t.After(a.trust) {
+		a.trust = t
+	}
+	a.mu.Unlock()
+}
+
+// trusted reports whether the worker may still act for the attempt.
+func (a *attempt) trusted() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.lost && a.w.clk.Now().Before(a.trust)
+}
+
+// system records a line of the worker's own in the attempt's log.
+func (a *attempt) system(text string) { a.logs.add("system", text) }
+
+// stop stops the job for reason: SIGTERM then SIGKILL within the trust
+// window, or SIGKILL at once when hard. Only the first reason is recorded.
+func (a *attempt) stop(reason string, hard bool) {
+	a.mu.Lock()
+	first := a.reason == ""
+	if first {
+		a.reason = reason
+		a.relinquish = reason == reasonShutdown
+	}
+	p := a.proc
+	grace := min(a.w.killGrace, a.trust.Sub(a.w.clk.Now()))
+	lost := a.lost
+	a.mu.Unlock()
+	if first {
+		a.log.Warn("worker: stopping job", "reason", reason)
+		if !lost {
+			a.system("jobplane: stopping job: " + reason)
+		}
+	}
+	if p == nil || (!first && !hard) {
+		return
+	}
+	if hard {
+		grace = 0
+	}
+	p.terminate(grace)
+}
+
+// loseLease ends the attempt at once: the server says another runner may
+// already hold it, so the job is killed and nothing more is sent.
+func (a *attempt) loseLease(reason string, cause error) {
+	a.mu.Lock()
+	already := a.lost
+	a.lost = true
+	a.mu.Unlock()
+	if already {
+		return
+	}
+	a.log.Error("worker: lease lost; killing job, no result will be posted", "reason", reason, "error", cause)
+	a.logs.drop()
+	a.stop(reason, true)
+}
+
+// call runs one attempt-scoped request, retrying transient failures while
+// the lease is trusted. It returns false when the lease is lost or the
+// trust window ended, true otherwise (including a refusal that retrying
+// cannot fix, which is logged).
+func (a *attempt) call(ctx context.Context, what string, f func(context.Context) error) bool {
+	for n := 0; ; n++ {
+		a.mu.Lock()
+		left := a.trust.Sub(a.w.clk.Now())
+		lost := a.lost
+		a.mu.Unlock()
+		if lost || left <= 0 {
+			return false
+		}
+		rctx, cancel := context.WithTimeout(ctx, left)
+		err := f(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			return true
+		case leaseGone(err):
+			a.loseLease(reasonLeaseLost, err)
+			return false
+		case !apiclient.Retryable(err):
+			a.log.Error("worker: "+what+" refused", "error", err)
+			return true
+		}
+		a.log.Warn("worker: "+what+" failed, retrying", "error", err)
+		a.w.sleep(ctx, min(a.w.backoff(n), a.ttl/3))
+	}
+}
+
+// renewLoop renews every TTL/3 from the last grant's send time, and retries
+// failures quickly until the watchdog ends the trust window.
+func (a *attempt) renewLoop(ctx context.Context, lastSent time.Time) {
+	clk := a.w.clk
+	next := lastSent.Add(a.ttl / 3)
+	retry := min(max(a.ttl/10, 200*time.Millisecond), 2*time.Second)
+	for {
+		wait := min(max(next.Sub(clk.Now()), 0), a.w.tick)
+		t := time.NewTimer(wait)
+		select {
+		case <-a.finished:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if clk.Now().Before(next) {
+			continue
+		}
+		a.mu.Lock()
+		lost := a.lost
+		a.mu.Unlock()
+		if lost {
+			return
+		}
+		sent := clk.Now()
+		rctx, cancel := context.WithTimeout(ctx, max(a.ttl/3, time.Second))
+		resp, err := a.w.rc.Renew(rctx, a.ref)
+		cancel()
+		switch {
+		case err == nil:
+			a.extend(sent)
+			next = sent.Add(a.ttl / 3)
+			if resp.CancelRequested {
+				a.stop(reasonCancelled, false)
+			}
+		case leaseGone(err):
+			a.loseLease(reasonLeaseLost, err)
+			return
+		default:
+			a.log.Warn("worker: renew failed", "error", err)
+			next = clk.Now().Add(retry)
+		}
+	}
+}
+
+// watchdog enforces the trust window: SIGTERM shortly before it ends, and
+// at its end SIGKILL and silence, whatever the renew requests are doing.
+func (a *attempt) watchdog() {
+	clk := a.w.clk
+	grace := stopGrace(a.w.killGrace, a.ttl)
+	for {
+		a.mu.Lock()
+		trust, lost := a.trust, a.lost
+		a.mu.Unlock()
+		if lost {
+			return
+		}
+		reason := reasonNotRenewed
+		if !a.deadline.IsZero() && !trust.Before(a.deadline) {
+			reason = reasonTimedOut
+		}
+		now := clk.Now()
+		if !now.Before(trust) {
+			a.loseLease(reason, nil)
+			return
+		}
+		if !now.Before(trust.Add(-grace)) {
+			a.stop(reason, false)
+		}
+		t := time.NewTimer(min(trust.Sub(now), a.w.tick))
+		select {
+		case <-a.finished:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// workName turns an attempt ID into a safe directory name.
+func workName(attemptID string) string {
+	ok := attemptID != ""
+	for _, c := range attemptID {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			ok = false
+		}
+	}
+	if ok {
+		return attemptID
+	}
+	return "h" + protocol.SHA256Hex([]byte(attemptID))[:32]
+}
+
+// execute prepares the directories and environment, runs the process to
+// its end and streams its output. It returns the result to report.
+func (a *attempt) execute() (outcome string, code int, summary string) {
+	root := filepath.Join(a.w.cfg.StateDir, "work", workName(a.asg.AttemptID))
+	defer os.RemoveAll(root)
+	workspace := filepath.Join(root, "workspace")
+	artifacts := filepath.Join(root, "artifacts")
+	paramsFile := filepath.Join(root, "params.json")
+	env, err := a.prepare(root, workspace, artifacts, paramsFile)
+	if err != nil {
+		a.system("jobplane: cannot start job: " + err.Error())
+		return "failed", -1, "setup: " + err.Error()
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return "failed", -1, "setup: " + err.Error()
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return "failed", -1, "setup: " + err.Error()
+	}
+
+	a.mu.Lock()
+	if a.reason != "" {
+		reason := a.reason
+		a.mu.Unlock()
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return "failed", -1, reason
+	}
+	a.system(fmt.Sprintf("jobplane: starting attempt %d of job %s on runner %s: %s",
+		a.asg.AttemptNumber, a.asg.Job.Name, a.w.rc.RunnerID, strings.Join(a.asg.Job.Command, " ")))
+	p, err := startProcess(a.asg.Job.Command, workspace, env, outW, errW)
+	a.proc = p
+	a.mu.Unlock()
+	// The child has its own copies; ours must go so that EOF comes when the
+	// job's processes are gone.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		a.system("jobplane: cannot start job: " + err.Error())
+		return "failed", 127, "start: " + err.Error()
+	}
+
+	var readers sync.WaitGroup
+	readers.Go(func() { readLines(outR, func(s string) { a.logs.add("stdout", s) }) })
+	readers.Go(func() { readLines(errR, func(s string) { a.logs.add("stderr", s) }) })
+	werr := p.wait()
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(readerDrain):
+		a.log.Warn("worker: job output still open after exit; closing it")
+	}
+	outR.Close()
+	errR.Close()
+	<-drained
+
+	code, summary = exitStatus(werr)
+	a.system("jobplane: process ended: " + summary)
+	a.mu.Lock()
+	reason := a.reason
+	a.mu.Unlock()
+	switch {
+	case reason != "":
+		// A job stopped on purpose did not complete, even if it exited 0.
+		return "failed", code, reason
+	case code == 0:
+		return "succeeded", 0, summary
+	default:
+		return "failed", code, summary
+	}
+}
+
+func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]string, error) {
+	if err := os.RemoveAll(root); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{workspace, artifacts} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeParamsFile(paramsFile, a.asg.Params); err != nil {
+		return nil, err
+	}
+	return jobEnv(os.Getenv, a.w.cfg.Server, a.asg, paramsFile, artifacts)
+}
+
+// exitStatus describes how the process ended.
+func exitStatus(err error) (int, string) {
+	if err == nil {
+		return 0, "exit status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), "killed by signal " + ws.Signal().String()
+		}
+		return ee.ExitCode(), fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	return -1, err.Error()
+}
+
+// finish reports the attempt: a result, or a relinquish on shutdown. Neither
+// is sent once the lease is lost or the trust window has ended.
+func (a *attempt) finish(ctx context.Context, outcome string, code int, summary string) {
+	a.mu.Lock()
+	relinquish, reason := a.relinquish, a.reason
+	a.mu.Unlock()
+	if !a.trusted() {
+		a.log.Warn("worker: lease not held; no result posted", "outcome", outcome, "summary", summary)
+		return
+	}
+	if relinquish {
+		if a.call(ctx, "relinquish", func(c context.Context) error { return a.w.rc.Relinquish(c, a.ref, reason) }) {
+			a.log.Info("worker: attempt relinquished", "reason", reason)
+		}
+		return
+	}
+	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: []string{}, RequestID: a.resultID}
+	var state string
+	ok := a.call(ctx, "post result", func(c context.Context) error {
+		resp, err := a.w.rc.Result(c, a.ref, req)
+		if err == nil {
+			state = resp.RunState
+		}
+		return err
+	})
+	if ok {
+		a.log.Info("worker: attempt finished", "outcome", outcome, "exit_code", code, "summary", summary, "run_state", state)
+	} else {
+		a.log.Warn("worker: result not posted: lease not held", "outcome", outcome, "summary", summary)
+	}
+}

@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Server is the server's base URL (required); the job also receives it as
+	// JOBPLANE_API.
+	Server string
+	// RegistrationToken registers the runner on first start; it is needed only
+	// while StateDir holds no runner.json.
+	RegistrationToken string
+	// Pool is informational: the registration token decides the pool.
+	Pool string
+	// Labels are sent at registration.
+	Labels []string
+	// StateDir holds the identity and the attempts' working directories
+	// (required).
+	StateDir string
+	// Concurrency is the number of attempts run at once. Default 1.
+	Concurrency int
+	// Name is the runner's name at registration. Default: the host name.
+	Name string
+	// Version is reported at registration.
+	Version string
+	// Logger receives the worker's logs. Default: discard.
+	Logger *slog.Logger
+	// Clock drives every deadline. Default: the real clock.
+	Clock clock.Clock
+	// WaitSeconds is the claim long-poll, 1..30. Default 25.
+	WaitSeconds int
+	// HTTP is the HTTP client; its Timeout, if set, must exceed WaitSeconds.
+	// Default: apiclient's client (timeout apiclient.DefaultTimeout).
+	HTTP *http.Client
+}
+
+// ConfigError names the bad field of a Config.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "worker config: " + e.Field + ": " + e.Reason }
+
+func (c *Config) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.WaitSeconds == 0 {
+		c.WaitSeconds = 25
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+}
+
+// Validate checks c as New will use it (zero values take their defaults) and
+// names the first bad field.
+func (c Config) Validate() error {
+	c.setDefaults()
+	u, err := url.Parse(c.Server)
+	switch {
+	case c.Server == "":
+		return &ConfigError{"Server", "is required"}
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return &ConfigError{"Server", fmt.Sprintf("%q is not an http(s) URL", c.Server)}
+	case c.StateDir == "":
+		return &ConfigError{"StateDir", "is required"}
+	case c.Concurrency < 1:
+		return &ConfigError{"Concurrency", "must be at least 1"}
+	case c.WaitSeconds < 1 || c.WaitSeconds > apiclient.MaxClaimWait:
+		return &ConfigError{"WaitSeconds", fmt.Sprintf("must be within 1..%d", apiclient.MaxClaimWait)}
+	case c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(c.WaitSeconds+5)*time.Second:
+		return &ConfigError{"HTTP", fmt.Sprintf("timeout %s must exceed the claim wait of %d s by more than 5 s", c.HTTP.Timeout, c.WaitSeconds)}
+	}
+	return nil
+}
+
+var errNoRegistrationToken = errors.New("worker config: RegistrationToken: is required to register a new runner (no runner.json in StateDir)")

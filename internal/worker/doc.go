@@ -1,0 +1,58 @@
+// Package worker is the runner agent behind `jobplane worker`: it keeps a
+// runner identity, claims attempts, runs each as a child process, streams its
+// output, renews the attempt's lease and reports the result, speaking to the
+// server only through apiclient and the published protocol.
+//
+// # Identity
+//
+// On first start the worker makes an Ed25519 key (StateDir/runner.key, the
+// base64url seed, mode 0600) and registers it with the single-use
+// registration token, recording the runner ID in StateDir/runner.json. A
+// restart reuses both and never registers again.
+//
+// # Claims
+//
+// Concurrency slots each long-poll the claim endpoint. A claim whose answer
+// was lost (transport error, 5xx, 503 retry) is repeated with the same
+// request_id, so the server hands back the assignment it already leased
+// instead of leaking it; a new claim gets a new request_id. An unreachable
+// server is retried with capped exponential backoff and jitter, so the worker
+// survives server restarts.
+//
+// # Trust window
+//
+// The server alone decides whether a lease is valid, by its own clock. The
+// worker only decides when to stop trusting that it still holds the lease,
+// from its own monotonic clock and never from server wall time: after every
+// successful renew (and at the claim), it trusts the lease until
+//
+//	(time the request was sent) + TTL − max(1 s, TTL/10)
+//
+// and never beyond the job deadline, computed the same way from the claim's
+// send time plus timeout_seconds. Starting the clock before the request is
+// sent makes any latency or server delay shorten the window, never lengthen
+// it. Renewals happen every TTL/3 and transient failures are retried until
+// the window ends. At the window's end the process group is killed and the
+// worker sends nothing more for the attempt: by then the server may already
+// have given the run to another runner. A 409 lease_expired or attempt_stale
+// answer means the same, immediately (SIGKILL, no result).
+//
+// # Stopping a job
+//
+// A job is stopped by signalling its process group: SIGTERM, then SIGKILL
+// after a grace period that never runs past the trust window, or SIGKILL at
+// once when the lease is lost. Reasons (cancel requested, timed out, lease
+// lost, trust window ended, worker shutting down) are recorded as system log
+// lines. On shutdown (Run's context cancelled) the worker takes no new claims,
+// stops its jobs and relinquishes their attempts, so each run gets a fresh
+// attempt that does not count as a retry.
+//
+// # Results
+//
+// After the process has exited and its output is flushed, the result is posted
+// with one request_id fixed for the attempt and retried until accepted, or
+// until the lease is reported gone or the trust window ends.
+//
+// Not done yet: artifact upload (JOBPLANE_ARTIFACTS_DIR is created but its
+// contents are not uploaded), fetching sources, and key rotation.
+package worker

@@ -1,0 +1,259 @@
+package worker
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// fakeServer implements the runner side of the protocol faithfully enough
+// for the agent: registration, signature and nonce checks, one lease per
+// attempt, claim request_id replay, idempotent log seqs and results.
+type fakeServer struct {
+	t   *testing.T
+	clk clock.Clock
+
+	mu            sync.Mutex
+	regToken      string
+	runners       map[string]ed25519.PublicKey
+	registrations int
+	nonces        map[string]bool
+	heartbeats    int
+	queue         []*protocol.Assignment
+	byRequest     map[string]*protocol.Assignment
+	leased        map[string]*protocol.Assignment // attempt ID → assignment
+	claimRequests []string
+	// loseClaimAnswers answers this many successful claims with 503 after
+	// "committing" them, as a server whose reply was lost would.
+	loseClaimAnswers int
+	renews           map[string]int
+	// renew decides the answer to a renew of an attempt; nil is 200.
+	renew        func(attemptID string, n int) (status int, code string, cancel bool)
+	logs         map[string][]protocol.LogLine
+	seqs         map[string][]int64
+	results      map[string][]protocol.ResultRequest
+	relinquished map[string]string
+	badRequests  []string
+	changed      chan struct{}
+}
+
+func newFakeServer(t *testing.T, clk clock.Clock) *fakeServer {
+	return &fakeServer{
+		t: t, clk: clk, regToken: "reg-secret",
+		runners: map[string]ed25519.PublicKey{}, nonces: map[string]bool{},
+		byRequest: map[string]*protocol.Assignment{}, leased: map[string]*protocol.Assignment{},
+		renews: map[string]int{}, logs: map[string][]protocol.LogLine{}, seqs: map[string][]int64{},
+		results: map[string][]protocol.ResultRequest{}, relinquished: map[string]string{},
+		changed: make(chan struct{}, 1),
+	}
+}
+
+func (s *fakeServer) enqueue(a *protocol.Assignment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, a)
+}
+
+func (s *fakeServer) notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func problem(w http.ResponseWriter, status int, code string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(protocol.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: code})
+}
+
+func reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		problem(w, 400, protocol.CodeBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.notify()
+	if r.Method != http.MethodPost {
+		problem(w, 405, protocol.CodeBadRequest)
+		return
+	}
+	if r.URL.Path == "/v1/runner/register" {
+		if r.Header.Get("Authorization") != "Bearer "+s.regToken {
+			problem(w, 401, protocol.CodeRegistrationTokenInvalid)
+			return
+		}
+		var req protocol.RegisterRequest
+		if json.Unmarshal(body, &req) != nil {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		pub, err := protocol.DecodePublicKey(req.PublicKey)
+		if err != nil {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		s.regToken = "" // single use
+		s.registrations++
+		rid := id.New(id.Runner, time.Now())
+		s.runners[rid] = pub
+		reply(w, 201, protocol.RegisterResponse{RunnerID: rid, Tenant: "default", Pool: "p", Labels: req.Labels, Status: "active"})
+		return
+	}
+
+	sr := protocol.SignedRequest{
+		Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		Timestamp: r.Header.Get(protocol.HeaderTimestamp), Nonce: r.Header.Get(protocol.HeaderNonce),
+		Runner: r.Header.Get(protocol.HeaderRunner), Run: r.Header.Get(protocol.HeaderRun),
+		Attempt: r.Header.Get(protocol.HeaderAttempt), Lease: r.Header.Get(protocol.HeaderLease), Body: body,
+	}
+	pub, ok := s.runners[sr.Runner]
+	if !ok || !protocol.ValidNonce(sr.Nonce) || !protocol.Verify(pub, &sr, r.Header.Get(protocol.HeaderSignature)) {
+		s.badRequests = append(s.badRequests, r.URL.Path+": signature")
+		problem(w, 401, protocol.CodeSignatureInvalid)
+		return
+	}
+	ts, err := strconv.ParseInt(sr.Timestamp, 10, 64)
+	if err != nil || ts < s.clk.Now().Unix()-60 || ts > s.clk.Now().Unix()+60 {
+		s.badRequests = append(s.badRequests, r.URL.Path+": skew")
+		problem(w, 401, protocol.CodeTimestampSkew)
+		return
+	}
+	if s.nonces[sr.Nonce] {
+		s.badRequests = append(s.badRequests, r.URL.Path+": nonce")
+		problem(w, 401, protocol.CodeNonceReused)
+		return
+	}
+	s.nonces[sr.Nonce] = true
+
+	switch r.URL.Path {
+	case "/v1/runner/heartbeat":
+		s.heartbeats++
+		reply(w, 200, protocol.HeartbeatResponse{ServerTime: s.clk.Now().UTC(), Status: "active", CancelAttempts: []string{}})
+		return
+	case "/v1/runner/claim":
+		var req protocol.ClaimRequest
+		if json.Unmarshal(body, &req) != nil || req.WaitSeconds < 0 || req.WaitSeconds > 30 {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		s.claimRequests = append(s.claimRequests, req.RequestID)
+		a := s.byRequest[req.RequestID]
+		if a == nil && len(s.queue) > 0 {
+			a, s.queue = s.queue[0], s.queue[1:]
+			a.Lease.Token = id.Secret(24)
+			s.leased[a.AttemptID] = a
+			if req.RequestID != "" {
+				s.byRequest[req.RequestID] = a
+			}
+		}
+		if a == nil {
+			// A short wait keeps idle slots cheap in tests.
+			s.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			s.mu.Lock()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if s.loseClaimAnswers > 0 {
+			s.loseClaimAnswers--
+			problem(w, 503, protocol.CodeRetry)
+			return
+		}
+		reply(w, 200, a)
+		return
+	}
+
+	// Attempt-scoped routes: the headers must name a current lease.
+	a := s.leased[sr.Attempt]
+	if a == nil || a.RunID != sr.Run || a.Lease.Token != sr.Lease {
+		problem(w, 409, protocol.CodeAttemptStale)
+		return
+	}
+	switch r.URL.Path {
+	case "/v1/runner/attempt/renew":
+		s.renews[sr.Attempt]++
+		status, code, cancel := 200, "", false
+		if s.renew != nil {
+			status, code, cancel = s.renew(sr.Attempt, s.renews[sr.Attempt])
+		}
+		if status != 200 {
+			if code == protocol.CodeLeaseExpired {
+				delete(s.leased, sr.Attempt)
+			}
+			problem(w, status, code)
+			return
+		}
+		reply(w, 200, protocol.RenewResponse{ExpiresAt: s.clk.Now().Add(time.Duration(a.Lease.TTLSeconds) * time.Second).UTC(), CancelRequested: cancel})
+	case "/v1/runner/attempt/logs":
+		var req protocol.LogsRequest
+		if json.Unmarshal(body, &req) != nil || req.Seq < 1 {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		for _, seq := range s.seqs[sr.Attempt] {
+			if seq == req.Seq {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		s.seqs[sr.Attempt] = append(s.seqs[sr.Attempt], req.Seq)
+		s.logs[sr.Attempt] = append(s.logs[sr.Attempt], req.Lines...)
+		w.WriteHeader(http.StatusNoContent)
+	case "/v1/runner/attempt/relinquish":
+		var req protocol.RelinquishRequest
+		_ = json.Unmarshal(body, &req)
+		s.relinquished[sr.Attempt] = req.Reason
+		delete(s.leased, sr.Attempt)
+		reply(w, 200, struct{}{})
+	case "/v1/runner/attempt/result":
+		var req protocol.ResultRequest
+		if json.Unmarshal(body, &req) != nil || (req.Outcome != "succeeded" && req.Outcome != "failed") {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		s.results[sr.Attempt] = append(s.results[sr.Attempt], req)
+		reply(w, 200, protocol.ResultResponse{RunState: req.Outcome})
+	default:
+		problem(w, 404, protocol.CodeNotFound)
+	}
+}
+
+// waitFor polls cond under the server's lock until it holds or the test's
+// patience ends.
+func (s *fakeServer) waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		s.mu.Lock()
+		ok := cond()
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		select {
+		case <-s.changed:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"bufio"
+	"io"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+const (
+	// maxLineBytes caps one log line; longer lines are split.
+	maxLineBytes = 64 << 10
+	// maxChunkLines and maxChunkBytes bound one LogsRequest. Text can grow
+	// up to 6× when JSON-escaped, and a request must stay under the
+	// server's 1 MiB body limit.
+	maxChunkLines = 500
+	maxChunkBytes = 128 << 10
+	// maxPendingBytes is how much output may wait for the server before the
+	// job's writes block (the pipe applies back-pressure).
+	maxPendingBytes = 8 << 20
+)
+
+// readLines calls emit for each line of r, without its line ending. A line
+// longer than maxLineBytes is emitted in pieces, cut on UTF-8 boundaries.
+func readLines(r io.Reader, emit func(string)) {
+	// The reader's buffer leaves room for a carried partial rune (≤ 3 bytes).
+	br := bufio.NewReaderSize(r, maxLineBytes-utf8.UTFMax)
+	var carry []byte
+	for {
+		frag, isPrefix, err := br.ReadLine()
+		if err != nil {
+			if len(carry) > 0 {
+				emit(string(carry))
+			}
+			return
+		}
+		buf := append(carry, frag...)
+		carry = nil
+		if isPrefix {
+			cut := runeBoundary(buf)
+			carry = append([]byte(nil), buf[cut:]...)
+			buf = buf[:cut]
+		}
+		emit(string(buf))
+	}
+}
+
+// runeBoundary returns the length of b without a trailing incomplete rune.
+func runeBoundary(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if utf8.FullRune(b[i:]) {
+				return len(b)
+			}
+			return i
+		}
+	}
+	return len(b)
+}
+
+// shipper batches an attempt's log lines and sends them in order, each chunk
+// with its own seq, retried with the same seq until accepted.
+type shipper struct {
+	now   func() time.Time
+	send  func(protocol.LogsRequest) bool // false: drop everything from now on
+	every time.Duration
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	pending  []protocol.LogLine
+	bytes    int
+	closed   bool
+	dropping bool
+	seq      int64
+
+	kick chan struct{}
+	done chan struct{}
+}
+
+func newShipper(now func() time.Time, every time.Duration, send func(protocol.LogsRequest) bool) *shipper {
+	s := &shipper{now: now, send: send, every: every, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	go s.loop()
+	return s
+}
+
+// add queues a line, blocking while too much output waits for the server.
+func (s *shipper) add(stream, text string) {
+	s.mu.Lock()
+	for s.bytes >= maxPendingBytes && !s.dropping && !s.closed {
+		s.cond.Wait()
+	}
+	if s.dropping || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.pending = append(s.pending, protocol.LogLine{At: s.now().UTC(), Stream: stream, Text: text})
+	s.bytes += len(text)
+	full := len(s.pending) >= maxChunkLines || s.bytes >= maxChunkBytes
+	s.mu.Unlock()
+	if full {
+		s.poke()
+	}
+}
+
+func (s *shipper) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close flushes what is queued and waits until it is sent or dropped.
+func (s *shipper) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.poke()
+	<-s.done
+}
+
+// drop discards queued and future lines: the lease is gone.
+func (s *shipper) drop() {
+	s.mu.Lock()
+	s.dropping = true
+	s.pending, s.bytes = nil, 0
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// next takes one chunk off the queue.
+func (s *shipper) next() ([]protocol.LogLine, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropping || len(s.pending) == 0 {
+		return nil, s.closed || s.dropping
+	}
+	n, size := 0, 0
+	for n < len(s.pending) && n < maxChunkLines && (n == 0 || size+len(s.pending[n].Text) <= maxChunkBytes) {
+		size += len(s.pending[n].Text)
+		n++
+	}
+	chunk := append([]protocol.LogLine(nil), s.pending[:n]...)
+	s.pending = s.pending[n:]
+	s.bytes -= size
+	s.cond.Broadcast()
+	return chunk, false
+}
+
+func (s *shipper) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-t.C:
+		}
+		for {
+			chunk, finished := s.next()
+			if chunk == nil {
+				if finished {
+					return
+				}
+				break
+			}
+			s.seq++
+			if !s.send(protocol.LogsRequest{Seq: s.seq, Lines: chunk}) {
+				s.drop()
+			}
+		}
+	}
+}

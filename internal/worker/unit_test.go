@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTrustUntil(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		ttl  time.Duration
+		want time.Duration
+	}{
+		{2 * time.Second, time.Second},       // margin floor of 1 s
+		{10 * time.Second, 9 * time.Second},  // max(1 s, 1 s)
+		{30 * time.Second, 27 * time.Second}, // TTL/10
+		{time.Hour, 54 * time.Minute},
+	}
+	for _, tt := range tests {
+		got := trustUntil(sent, tt.ttl).Sub(sent)
+		require.Equal(t, tt.want, got, "trustUntil(sent, %s) = sent+%s, want sent+%s", tt.ttl, got, tt.want)
+	}
+	require.Equal(t, minTTL, leaseTTL(0))
+	require.True(t, jobDeadline(sent, 0, time.Minute).IsZero())
+	dl := jobDeadline(sent, 600, 30*time.Second)
+	require.Equal(t, 597*time.Second, dl.Sub(sent))
+	require.Equal(t, dl, capAt(trustUntil(sent.Add(590*time.Second), 30*time.Second), dl), "never trust beyond the job deadline")
+}
+
+func TestReadLinesSplitsLongLinesOnRuneBoundaries(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", maxLineBytes) // 2 bytes each: 128 KiB
+	in := "a\r\n" + long + "\nlast"
+	var got []string
+	readLines(strings.NewReader(in), func(s string) { got = append(got, s) })
+	require.Equal(t, "a", got[0])
+	require.Equal(t, "last", got[len(got)-1])
+	joined := strings.Join(got[1:len(got)-1], "")
+	require.Equal(t, long, joined)
+	for _, piece := range got {
+		require.LessOrEqual(t, len(piece), maxLineBytes)
+		require.True(t, strings.ToValidUTF8(piece, "?") == piece, "a piece was cut inside a rune")
+	}
+}
+
+func TestParamVars(t *testing.T) {
+	t.Parallel()
+	got, err := paramVars(json.RawMessage(`{"a.b":"x","n":1.5,"l":[1, 2],"nil":null}`))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{
+		"JOBPLANE_PARAM_A_B": "x", "JOBPLANE_PARAM_N": "1.5", "JOBPLANE_PARAM_L": "[1,2]", "JOBPLANE_PARAM_NIL": "null",
+	}, got)
+	_, err = paramVars(json.RawMessage(`{"a-b":"1","a_b":"2"}`))
+	require.ErrorContains(t, err, "both map to JOBPLANE_PARAM_A_B")
+	_, err = paramVars(json.RawMessage(`[1]`))
+	require.Error(t, err)
+	got, err = paramVars(nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := Config{Server: "http://localhost:8080", StateDir: "/tmp/x"}
+	require.NoError(t, good.Validate())
+	tests := []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"Server", func(c *Config) { c.Server = "" }},
+		{"Server", func(c *Config) { c.Server = "localhost:8080" }},
+		{"StateDir", func(c *Config) { c.StateDir = "" }},
+		{"Concurrency", func(c *Config) { c.Concurrency = -1 }},
+		{"WaitSeconds", func(c *Config) { c.WaitSeconds = 31 }},
+		{"HTTP", func(c *Config) { c.HTTP = &http.Client{Timeout: 20 * time.Second} }},
+	}
+	for _, tt := range tests {
+		c := good
+		tt.edit(&c)
+		var ce *ConfigError
+		require.True(t, errors.As(c.Validate(), &ce), "Validate() after editing %s", tt.field)
+		require.Equal(t, tt.field, ce.Field)
+	}
+}

@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// Worker is the runner agent. Make one with New and start it with Run.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+	clk clock.Clock
+	rc  *apiclient.RunnerClient
+
+	// Timing knobs; tests shorten them.
+	heartbeatEvery time.Duration
+	backoffBase    time.Duration
+	backoffMax     time.Duration
+	killGrace      time.Duration // SIGTERM → SIGKILL, capped by the trust window
+	tick           time.Duration // longest real sleep between clock checks
+	flushEvery     time.Duration // log batching
+
+	mu      sync.Mutex
+	running map[string]*attempt // by attempt ID
+}
+
+// New checks cfg and returns a Worker. It does no I/O.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	cfg.Labels = append([]string{}, cfg.Labels...)
+	return &Worker{
+		cfg:            cfg,
+		log:            cfg.Logger,
+		clk:            cfg.Clock,
+		rc:             &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: cfg.HTTP, Clock: cfg.Clock},
+		heartbeatEvery: 10 * time.Second,
+		backoffBase:    500 * time.Millisecond,
+		backoffMax:     30 * time.Second,
+		killGrace:      5 * time.Second,
+		tick:           200 * time.Millisecond,
+		flushEvery:     200 * time.Millisecond,
+		running:        map[string]*attempt{},
+	}, nil
+}
+
+// Run registers (once) and serves until ctx is cancelled. It then stops
+// gracefully: no new claims, running jobs are stopped with the reason
+// "worker shutting down" and their attempts relinquished. It returns nil
+// after a graceful stop, or an error if the runner has no usable identity.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.ensureIdentity(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	w.log.Info("worker: started", "runner_id", w.rc.RunnerID, "pool", w.cfg.Pool, "concurrency", w.cfg.Concurrency)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.heartbeatLoop(ctx) })
+	for slot := range w.cfg.Concurrency {
+		wg.Go(func() { w.claimLoop(ctx, slot) })
+	}
+	wg.Wait()
+	w.log.Info("worker: stopped")
+	return nil
+}
+
+// backoff is capped exponential backoff with jitter in [d/2, d], so that
+// runners restarted together do not retry in lockstep.
+func (w *Worker) backoff(n int) time.Duration {
+	d := w.backoffMax
+	if n < 30 {
+		d = min(w.backoffBase<<n, w.backoffMax)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d of real time; false means ctx ended first.
+func (w *Worker) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// heartbeatLoop reports status and stops the attempts the server lists.
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		ids := make([]string, 0, len(w.running))
+		for id := range w.running {
+			ids = append(ids, id)
+		}
+		w.mu.Unlock()
+		sort.Strings(ids)
+		status := "idle"
+		if len(ids) > 0 {
+			status = "busy"
+		}
+		hctx, cancel := context.WithTimeout(ctx, w.heartbeatEvery)
+		resp, err := w.rc.Heartbeat(hctx, protocol.HeartbeatRequest{Status: status, Attempts: ids})
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			w.log.Warn("worker: heartbeat failed", "error", err)
+		default:
+			for _, aid := range resp.CancelAttempts {
+				w.mu.Lock()
+				a := w.running[aid]
+				w.mu.Unlock()
+				if a != nil {
+					a.stop(reasonCancelled, false)
+				}
+			}
+		}
+		// Jitter spreads the heartbeats of many runners.
+		if !w.sleep(ctx, w.heartbeatEvery*9/10+rand.N(w.heartbeatEvery/5+1)) {
+			return
+		}
+	}
+}
+
+// claimLoop is one claim slot: it claims and runs one attempt at a time.
+func (w *Worker) claimLoop(ctx context.Context, slot int) {
+	log := w.log.With("slot", slot)
+	var (
+		requestID string
+		firstSent time.Time // when the current request_id was first sent
+		failures  int
+	)
+	for ctx.Err() == nil {
+		if requestID == "" {
+			requestID = id.Secret(16)
+			firstSent = w.clk.Now()
+		}
+		asg, err := w.rc.Claim(ctx, w.cfg.WaitSeconds, requestID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if apiclient.Retryable(err) {
+				// The answer may be lost: ask again with the same request_id
+				// so the server returns the assignment it may have leased.
+				log.Warn("worker: claim failed, retrying", "error", err, "failures", failures+1)
+			} else {
+				log.Error("worker: claim refused", "error", err)
+				requestID = ""
+			}
+			if !w.sleep(ctx, w.backoff(failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		requestID = ""
+		if asg == nil {
+			continue
+		}
+		// The lease may have been granted as early as the first send of this
+		// request_id, so the trust window starts there.
+		w.runAttempt(ctx, asg, firstSent)
+	}
+}
