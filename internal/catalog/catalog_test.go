@@ -129,7 +129,7 @@ func TestParseErrors(t *testing.T) {
 		{"deep sequence", files("jobs/hello.yaml", strings.Repeat("- ", 100)+"x\n"),
 			[]want{{"jobs/hello.yaml", 0, 0, "", "nesting deeper"}}},
 		{"deep value", files("groups.yaml", "groups:\n  g:\n    attributes:\n      a: "+strings.Repeat("[", 100)+strings.Repeat("]", 100)+"\n"),
-			[]want{{"groups.yaml", 4, 72, "groups.g.attributes.a"+strings.Repeat("[0]", 62), "nested deeper"}}},
+			[]want{{"groups.yaml", 4, 72, "groups.g.attributes.a" + strings.Repeat("[0]", 62), "nested deeper"}}},
 		{"unknown group key", files("groups.yaml", "groups:\n  ops: {members: [a], admins: [b]}\n"),
 			[]want{{"groups.yaml", 2, 23, "groups.ops.admins", "unknown field"}}},
 		{"policy without principals", files("policies/a.yaml", "rules:\n  - id: r1\n    jobs: [\"*\"]\n"),
@@ -207,8 +207,10 @@ func TestParseAliasBomb(t *testing.T) {
 func TestParseAliasesAllowed(t *testing.T) {
 	t.Parallel()
 
-	c := mustParse(t, files("jobs/hello.yaml", "name: hello\nrun:\n  command: &cmd [echo, hi]\n  env: {A: *x}\ndescription: &x text\n"))
-	_ = c
+	c := mustParse(t, files("jobs/hello.yaml", "name: hello\ndescription: &x text\nrun:\n  command: [echo, *x]\n  env: {A: *x}\n"))
+	j, _ := c.Job("hello")
+	require.Equal(t, []string{"echo", "text"}, j.Run.Command)
+	require.Equal(t, map[string]string{"A": "text"}, j.Run.Env)
 }
 
 func TestParseDefaults(t *testing.T) {
