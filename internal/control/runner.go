@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -185,10 +186,16 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 			return err
 		}
 		asg, err = s.assignment(r, a, token)
-		return err
+		if err != nil {
+			return err
+		}
+		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
 		return nil, mapStoreErr(err)
+	}
+	if err := failpoint.Inject("claim.afterCommitBeforeReply"); err != nil {
+		return nil, err
 	}
 	if asg != nil {
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
@@ -447,9 +454,15 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 			return err
 		}
 		resp = &protocol.ResultResponse{RunState: string(r.State)}
-		return nil
+		return failpoint.Inject("result.beforeCommit")
 	})
-	return resp, mapStoreErr(err)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	if err := failpoint.Inject("result.afterCommitBeforeReply"); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // endAttempt ends a live attempt and moves its run on: to its end, or to a
@@ -542,6 +555,9 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 	expired, err := s.store.AttemptListExpired(ctx, &store.AttemptListExpiredParams{Now: s.clock.NowOrNil(), Limit: s.batch})
 	if err != nil {
 		return 0, mapStoreErr(err)
+	}
+	if err := failpoint.Inject("rescue.afterSelect"); err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, snap := range expired {

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// group runs goroutines that share a context; the first error cancels the
+// others and is the group's error.
+type group struct {
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+	cancel context.CancelFunc
+}
+
+func newGroup(ctx context.Context) (*group, context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	return &group{cancel: cancel}, ctx
+}
+
+func (g *group) Go(fn func() error) {
+	g.wg.Go(func() {
+		if err := fn(); err != nil {
+			g.once.Do(func() { g.err = err; g.cancel() })
+		}
+	})
+}
+
+func (g *group) Wait() error {
+	g.wg.Wait()
+	g.cancel()
+	return g.err
+}
+
+// Requested is the outcome of the request phase.
+type Requested struct {
+	Phase   Phase
+	Latency Latency
+	// CreatedAt maps each created run to its created_at as the server
+	// recorded it.
+	CreatedAt map[string]time.Time
+}
+
+// RequestRuns creates n runs of Job with `clients` concurrent callers, each
+// taking the next index until n are created. done counts created runs
+// (may be nil).
+func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int64) (*Requested, error) {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
+	clients = max(min(clients, n), 1)
+	var next atomic.Int64
+	type local struct {
+		lat     []time.Duration
+		created map[string]time.Time
+		last    time.Time
+	}
+	locals := make([]local, clients)
+	g, gctx := newGroup(ctx)
+	start := time.Now()
+	for c := range clients {
+		l := &locals[c]
+		l.created = make(map[string]time.Time, n/clients+1)
+		g.Go(func() error {
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				run, err := e.Admin.CreateRun(gctx, &protocol.RunRequest{Job: Job, Channel: Channel})
+				t1 := time.Now()
+				if err != nil {
+					return fmt.Errorf("request run: %w", err)
+				}
+				if run.State != "queued" {
+					return fmt.Errorf("request run: run %s is %s, want queued", run.ID, run.State)
+				}
+				l.lat = append(l.lat, t1.Sub(t0))
+				l.created[run.ID] = run.CreatedAt
+				l.last = t1
+				done.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := &Requested{CreatedAt: make(map[string]time.Time, n)}
+	var lat []time.Duration
+	var last time.Time
+	for _, l := range locals {
+		lat = append(lat, l.lat...)
+		for k, v := range l.created {
+			out.CreatedAt[k] = v
+		}
+		if l.last.After(last) {
+			last = l.last
+		}
+	}
+	if len(out.CreatedAt) != n {
+		return nil, fmt.Errorf("request phase: %d distinct runs created, want %d", len(out.CreatedAt), n)
+	}
+	out.Phase = newPhase(n, last.Sub(start))
+	out.Latency = Summarize(lat)
+	return out, nil
+}
+
+// Drained is the outcome of the claim+result phase.
+type Drained struct {
+	// Phase counts runs claimed and finished; its time ends at the last
+	// accepted result, so the empty claims that end each worker's loop are
+	// not counted.
+	Phase Phase
+	// ClaimLatency is of the claims that returned an assignment.
+	ClaimLatency  Latency
+	ResultLatency Latency
+	// RequestToClaimed runs from a run's created_at (server clock) to the
+	// moment its claim answer arrived (client clock, same machine). Only
+	// runs in createdAt are counted.
+	RequestToClaimed Latency
+	// Claims counts the claims the workers received per run.
+	Claims map[string]int
+	// EmptyClaims counts 204 answers.
+	EmptyClaims int
+}
+
+// emptyToStop is how many consecutive empty claims end a worker's loop.
+const emptyToStop = 2
+
+// Drain has every runner, each in its own goroutine, loop claim (wait 0) →
+// result (succeeded) until it gets emptyToStop empty answers in a row.
+// createdAt (may be nil) gives the runs' creation times for the
+// request→claimed latency; done counts accepted results (may be nil).
+func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string]time.Time, done *atomic.Int64) (*Drained, error) {
+	if done == nil {
+		done = new(atomic.Int64)
+	}
+	type local struct {
+		claimLat, resultLat, r2c []time.Duration
+		claims                   map[string]int
+		empty                    int
+		last                     time.Time
+	}
+	locals := make([]local, len(runners))
+	g, gctx := newGroup(ctx)
+	start := time.Now()
+	for i, r := range runners {
+		l := &locals[i]
+		l.claims = map[string]int{}
+		g.Go(func() error {
+			for empties := 0; empties < emptyToStop; {
+				t0 := time.Now()
+				asg, err := r.Client.Claim(gctx, 0, "")
+				t1 := time.Now()
+				if err != nil {
+					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
+				}
+				if asg == nil {
+					empties++
+					l.empty++
+					continue
+				}
+				empties = 0
+				l.claimLat = append(l.claimLat, t1.Sub(t0))
+				l.claims[asg.RunID]++
+				if c, ok := createdAt[asg.RunID]; ok {
+					l.r2c = append(l.r2c, t1.Sub(c))
+				}
+				ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
+				t2 := time.Now()
+				res, err := r.Client.Result(gctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
+				t3 := time.Now()
+				if err != nil {
+					return fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
+				}
+				if res.RunState != "succeeded" {
+					return fmt.Errorf("runner %s: run %s is %s after its result, want succeeded", r.ID, asg.RunID, res.RunState)
+				}
+				l.resultLat = append(l.resultLat, t3.Sub(t2))
+				l.last = t3
+				done.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := &Drained{Claims: map[string]int{}}
+	var claimLat, resultLat, r2c []time.Duration
+	last := start
+	for _, l := range locals {
+		claimLat = append(claimLat, l.claimLat...)
+		resultLat = append(resultLat, l.resultLat...)
+		r2c = append(r2c, l.r2c...)
+		for k, v := range l.claims {
+			out.Claims[k] += v
+		}
+		out.EmptyClaims += l.empty
+		if l.last.After(last) {
+			last = l.last
+		}
+	}
+	out.Phase = newPhase(len(resultLat), last.Sub(start))
+	out.ClaimLatency = Summarize(claimLat)
+	out.ResultLatency = Summarize(resultLat)
+	out.RequestToClaimed = Summarize(r2c)
+	return out, nil
+}
+
+// ErrVerify marks a run that did not end as the benchmark expects.
+var ErrVerify = errors.New("verification failed")
