@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -334,7 +335,7 @@ func (c *RunnersListCmd) Run(g *Globals) error {
 	if c.JSON {
 		return printJSON(g.Stdout, list)
 	}
-	now := time.Now()
+	now := clock.Real{}.Now()
 	tw := tabwriter.NewWriter(g.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tPOOL\tLABELS\tSTATUS\tLAST SEEN\tATTEMPTS")
 	for _, r := range list.Runners {

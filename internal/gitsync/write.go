@@ -15,6 +15,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/jobplane/jobplane/internal/clock"
 )
 
 // The author of commits written by this package.
@@ -60,7 +62,7 @@ func CommitFiles(dir, branch string, files map[string]string, message string, op
 		o(&cfg)
 	}
 	if cfg.when.IsZero() {
-		cfg.when = time.Now()
+		cfg.when = clock.Real{}.Now()
 	}
 	repo, err := git.PlainOpen(dir)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -37,7 +38,7 @@ func limit(n int) any {
 	return n
 }
 
-func newID(prefix string) string { return id.New(prefix, time.Now()) }
+func newID(prefix string) string { return id.New(prefix, clock.Real{}.Now()) }
 
 func forUpdateSQL(forUpdate bool) string {
 	if forUpdate {

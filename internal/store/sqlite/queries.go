@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -37,7 +38,7 @@ func limit(n int) int {
 	return n
 }
 
-func newID(prefix string) string { return id.New(prefix, time.Now()) }
+func newID(prefix string) string { return id.New(prefix, clock.Real{}.Now()) }
 
 func (q *queries) exec1(ctx context.Context, query string, args ...any) error {
 	res, err := q.db.ExecContext(ctx, query, args...)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -251,9 +252,9 @@ func testRuns(t *testing.T, s store.Store) {
 	require.ErrorIs(t, s.RunUpdate(ctx, &store.Run{ID: "run_missing", State: store.RunFailed}), store.ErrNotFound)
 
 	// A zero CreatedAt takes the database clock.
-	z := &store.Run{ID: id.New(id.Run, time.Now()), Tenant: f.tenant, Job: "j", Actor: "a", State: store.RunQueued}
+	z := &store.Run{ID: id.New(id.Run, clock.Real{}.Now()), Tenant: f.tenant, Job: "j", Actor: "a", State: store.RunQueued}
 	require.NoError(t, s.RunCreate(ctx, z))
-	require.WithinDuration(t, time.Now(), z.CreatedAt, time.Minute)
+	require.WithinDuration(t, clock.Real{}.Now(), z.CreatedAt, time.Minute)
 }
 
 func testRunList(t *testing.T, s store.Store) {
@@ -438,7 +439,7 @@ func testClaimLeaseMath(t *testing.T, s store.Store) {
 	f.attempt(t, nil)
 	live, err := claim(s, f.tenant, "default", nil, "r3", nil)
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), *live.ClaimedAt, time.Minute)
+	require.WithinDuration(t, clock.Real{}.Now(), *live.ClaimedAt, time.Minute)
 	require.Equal(t, 30*time.Second, live.LeaseExpiresAt.Sub(*live.ClaimedAt))
 }
 
@@ -692,7 +693,7 @@ func testAudit(t *testing.T, s store.Store) {
 	e2 := &store.AuditEvent{Tenant: "t1", Actor: "bob", Action: "run.approve", Subject: "run_2"}
 	require.NoError(t, s.AuditAppend(ctx, e2))
 	require.Greater(t, e2.Seq, e1.Seq)
-	require.WithinDuration(t, time.Now(), e2.At, time.Minute, "zero At takes the database clock")
+	require.WithinDuration(t, clock.Real{}.Now(), e2.At, time.Minute, "zero At takes the database clock")
 	e3 := &store.AuditEvent{Tenant: "t2", At: t0, Actor: "x", Action: "a", Subject: "run_1"}
 	require.NoError(t, s.AuditAppend(ctx, e3))
 	e4 := &store.AuditEvent{Tenant: "t1", At: t0, Actor: "x", Action: "run.cancel", Subject: "run_1"}
@@ -716,7 +717,7 @@ func testNow(t *testing.T, s store.Store) {
 	require.True(t, got.Equal(t0))
 	db, err := s.Now(ctx, nil)
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), db, 5*time.Second)
+	require.WithinDuration(t, clock.Real{}.Now(), db, 5*time.Second)
 	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
 		n, err := tx.Now(ctx, nil)
 		if err != nil {
@@ -867,7 +868,7 @@ func testDoubleAssignment(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	f := newFixture(t, s)
 	const total, workers = 2000, 16
-	seedStart := time.Now()
+	seedStart := clock.Real{}.Now()
 	want := make(map[string]bool, total)
 	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
 		for i := range total {

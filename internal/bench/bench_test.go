@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/store/testdb"
+)
+
+// stores names the --db value of each store; PostgreSQL gets a fresh
+// schema (and is skipped when no server answers, as elsewhere).
+func stores() map[string]func(testing.TB) string {
+	return map[string]func(testing.TB) string{
+		"sqlite":   func(testing.TB) string { return "" },
+		"postgres": func(tb testing.TB) string { return testdb.PostgresDSN(tb) },
+	}
+}
+
+func TestRunSmoke(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			db := stores()[name](t)
+			var calls atomic.Int64
+			res, err := Run(context.Background(), Config{
+				DB: db, Runs: 50, Workers: 4, Clients: 2,
+				Progress: func(string, int, int) { calls.Add(1) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Store != name {
+				t.Errorf("store %q, want %q", res.Store, name)
+			}
+			if res.Request.Ops != 50 || res.ClaimResult.Ops != 50 || res.Verification.Checked != 50 {
+				t.Errorf("ops: request %d, claim+result %d, checked %d; want 50 each", res.Request.Ops, res.ClaimResult.Ops, res.Verification.Checked)
+			}
+			if res.Request.PerSecond <= 0 || res.ClaimResult.PerSecond <= 0 {
+				t.Errorf("rates: %+v %+v", res.Request, res.ClaimResult)
+			}
+			if res.ClaimLatency.Count != 50 || res.RequestToClaimed.Count != 50 || res.RequestLatency.Count != 50 {
+				t.Errorf("latency counts: %+v %+v %+v", res.ClaimLatency, res.RequestToClaimed, res.RequestLatency)
+			}
+			if res.EmptyClaims < 2*4 {
+				t.Errorf("empty claims %d, want at least %d (two per worker)", res.EmptyClaims, 2*4)
+			}
+			if calls.Load() < 2 {
+				t.Errorf("progress called %d times, want at least once per phase", calls.Load())
+			}
+			if res.String() == "" {
+				t.Error("empty summary")
+			}
+		})
+	}
+}
+
+// TestVerifyFindsProblems checks that the verify phase refuses what it must:
+// a run claimed twice, a run that did not succeed, and a claimed run the
+// benchmark did not create.
+func TestVerifyFindsProblems(t *testing.T) {
+	ctx := context.Background()
+	env, err := StartEnv(ctx, EnvConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	req, err := env.RequestRuns(ctx, 3, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct{}{}
+	for id := range req.CreatedAt {
+		want[id] = struct{}{}
+	}
+	// Nothing claimed yet: every run is queued and was claimed 0 times.
+	v, err := env.Verify(ctx, want, map[string]int{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.OK() || v.Checked != 3 || !errors.Is(v.Err(), ErrVerify) {
+		t.Fatalf("queued runs passed verification: %+v", v)
+	}
+	// An extra run outside the set is claimed along with the others.
+	if _, err := env.RequestRuns(ctx, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	runners, err := env.RegisterRunners(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr, err := env.Drain(ctx, runners, req.CreatedAt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dr.Phase.Ops != 4 || dr.RequestToClaimed.Count != 3 {
+		t.Fatalf("drain: %+v", dr)
+	}
+	v, err = env.Verify(ctx, want, dr.Claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.OK() || len(v.Problems) != 1 {
+		t.Fatalf("foreign claim not reported: %+v", v)
+	}
+	for id := range dr.Claims {
+		if _, ok := want[id]; !ok {
+			delete(dr.Claims, id)
+		}
+	}
+	if v, _ := env.Verify(ctx, want, dr.Claims); !v.OK() {
+		t.Fatalf("clean drain failed verification: %+v", v)
+	}
+	for id := range want {
+		dr.Claims[id] = 2
+		break
+	}
+	if v, _ := env.Verify(ctx, want, dr.Claims); v.OK() {
+		t.Fatal("double claim passed verification")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var s []time.Duration
+	for i := 100; i >= 1; i-- {
+		s = append(s, time.Duration(i)*time.Millisecond)
+	}
+	l := Summarize(s)
+	if l.Count != 100 || l.P50ms != 50 || l.P99ms != 99 || l.MaxMs != 100 {
+		t.Fatalf("%+v", l)
+	}
+	if (Summarize(nil) != Latency{}) {
+		t.Fatal("empty samples")
+	}
+}
+
+// BenchmarkClaimResult measures one run claimed and its result accepted
+// through the HTTP API by 8 concurrent runners; b.N runs are requested
+// before the timer starts. ns/op is wall time per run across all workers.
+func BenchmarkClaimResult(b *testing.B) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			env, err := StartEnv(ctx, EnvConfig{DB: stores()[name](b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = env.Close() })
+			runners, err := env.RegisterRunners(ctx, 8)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, err := env.RequestRuns(ctx, b.N, 4, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			dr, err := env.Drain(ctx, runners, nil, nil)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if dr.Phase.Ops != b.N || len(dr.Claims) != len(req.CreatedAt) {
+				b.Fatalf("drained %d runs (%d distinct), want %d", dr.Phase.Ops, len(dr.Claims), b.N)
+			}
+			b.ReportMetric(dr.Phase.PerSecond, "runs/s")
+		})
+	}
+}
+
+// BenchmarkRequest measures POST /v1/runs with 4 concurrent clients.
+func BenchmarkRequest(b *testing.B) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			env, err := StartEnv(ctx, EnvConfig{DB: stores()[name](b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = env.Close() })
+			b.ResetTimer()
+			req, err := env.RequestRuns(ctx, b.N, 4, nil)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(req.Phase.PerSecond, "runs/s")
+		})
+	}
+}

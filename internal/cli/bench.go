@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/jobplane/jobplane/internal/bench"
+)
+
+// BenchCmd measures request and claim+result throughput of no-op runs
+// through the HTTP API on an in-process server.
+type BenchCmd struct {
+	DB       string `name:"db" help:"Store to measure: sqlite:PATH or a postgres:// URL (default: SQLite in a temporary directory). The benchmark inserts rows: use a database of its own." placeholder:"DSN"`
+	Runs     int    `default:"2000" help:"Runs to request and then claim."`
+	Workers  int    `default:"8" help:"Runner identities claiming concurrently."`
+	Clients  int    `default:"4" help:"Concurrent clients requesting runs."`
+	JSON     bool   `help:"Print the result as JSON." name:"json"`
+	LogLevel string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
+}
+
+// Run performs the measurement. It fails (exit 1) when any run did not
+// succeed exactly once.
+func (c *BenchCmd) Run(g *Globals) error {
+	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
+		return errors.New("--runs, --workers and --clients must be at least 1")
+	}
+	ctx, stop := signal.NotifyContext(g.Ctx, os.Interrupt)
+	defer stop()
+	cfg := bench.Config{
+		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients,
+		Logger: newLogger(g.Stderr, c.LogLevel),
+	}
+	tty := isTerminal(g.Stderr)
+	if tty {
+		cfg.Progress = func(phase string, done, total int) {
+			fmt.Fprintf(g.Stderr, "\r%-13s %6d/%d", phase, done, total)
+		}
+	}
+	res, err := bench.Run(ctx, cfg)
+	if tty {
+		fmt.Fprint(g.Stderr, "\r\033[K")
+	}
+	if res != nil {
+		if c.JSON {
+			if perr := printJSON(g.Stdout, res); perr != nil {
+				return errors.Join(err, perr)
+			}
+		} else {
+			fmt.Fprint(g.Stdout, res.String())
+		}
+	}
+	if errors.Is(err, context.Canceled) && g.Ctx.Err() == nil {
+		return errors.New("interrupted")
+	}
+	return err
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
