@@ -98,10 +98,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if fn, pattern := h.mux.Handler(r); pattern == "" {
+		// No route: let the mux decide between 404 and 405 (it sets Allow),
+		// but answer in problem+json like every other refusal.
+		sw := &statusOnly{header: w.Header()}
+		fn.ServeHTTP(sw, r)
+		err := fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, protocol.ErrNotFound)
+		if sw.status == http.StatusMethodNotAllowed {
+			err = fmt.Errorf("method %s not allowed on %s: %w", r.Method, r.URL.Path, errMethodNotAllowed)
+		}
+		writeError(w, h.log, err)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
-type actorKey struct{}
+var errMethodNotAllowed = &protocol.Error{Status: http.StatusMethodNotAllowed, Code: protocol.CodeMethodNotAllowed, Title: "Method not allowed"}
+
+// statusOnly records the status a handler chose and discards its body.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
 func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -359,4 +360,23 @@ func TestRequests(t *testing.T) {
 			require.Less(t, next.Runs[0].ID, page.Runs[2].ID)
 		})
 	})
+}
+
+func TestUnknownRoutesAreProblems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, testdb.SQLite(t))
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/v1/nothing", nil)
+	code, pc := e.send(req)
+	require.Equal(t, 404, code)
+	require.Equal(t, protocol.CodeNotFound, pc)
+	req, _ = http.NewRequest(http.MethodDelete, e.srv.URL+"/v1/runs", nil)
+	code, pc = e.send(req)
+	require.Equal(t, 405, code)
+	require.Equal(t, protocol.CodeMethodNotAllowed, pc)
+	req, _ = http.NewRequest(http.MethodGet, e.srv.URL+"/healthz", nil)
+	code, _ = e.send(req)
+	require.Equal(t, 200, code)
+	req, _ = http.NewRequest(http.MethodGet, e.srv.URL+"/readyz", nil)
+	code, _ = e.send(req)
+	require.Equal(t, 200, code)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 
 	"github.com/jobplane/jobplane/internal/bench"
 )
@@ -28,19 +27,17 @@ func (c *BenchCmd) Run(g *Globals) error {
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
-	ctx, stop := signal.NotifyContext(g.Ctx, os.Interrupt)
-	defer stop()
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
-	tty := isTerminal(g.Stderr)
+	tty := benchIsTerminal(g.Stderr)
 	if tty {
 		cfg.Progress = func(phase string, done, total int) {
 			fmt.Fprintf(g.Stderr, "\r%-13s %6d/%d", phase, done, total)
 		}
 	}
-	res, err := bench.Run(ctx, cfg)
+	res, err := bench.Run(g.Ctx, cfg)
 	if tty {
 		fmt.Fprint(g.Stderr, "\r\033[K")
 	}
@@ -53,14 +50,14 @@ func (c *BenchCmd) Run(g *Globals) error {
 			fmt.Fprint(g.Stdout, res.String())
 		}
 	}
-	if errors.Is(err, context.Canceled) && g.Ctx.Err() == nil {
+	if errors.Is(err, context.Canceled) && g.Ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
 	return err
 }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
+// benchIsTerminal reports whether w is a character device (a terminal).
+func benchIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -83,6 +83,9 @@ func normLabels(l []string) []string {
 // Heartbeat reports which of the runner's attempts it must stop: those no
 // longer leased to it and those whose run was cancelled.
 func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *protocol.HeartbeatRequest) (*protocol.HeartbeatResponse, error) {
+	if req.Status != "idle" && req.Status != "busy" && req.Status != "" {
+		return nil, fmt.Errorf("status must be idle or busy: %w", protocol.ErrBadRequest)
+	}
 	if len(req.Attempts) > 1000 {
 		return nil, fmt.Errorf("too many attempts: %w", protocol.ErrBadRequest)
 	}

@@ -212,6 +212,9 @@ func testServerRestart(t *testing.T, b backend, sig syscall.Signal) {
 		require.FailNow(t, "server did not exit within 10 s of "+sigName(sig))
 	}
 	stopped := time.Since(down)
+	// Stay down for a second, so the worker meets refused connections for
+	// its log shipping (a line every 0.5 s) and must retry.
+	time.Sleep(time.Until(down.Add(time.Second)))
 	s.start() // same port, same database, same data dir
 	outage := time.Since(down)
 	t.Logf("server %s: exited after %s, ready again after %s", sigName(sig), stopped.Round(time.Millisecond), outage.Round(time.Millisecond))
@@ -223,6 +226,8 @@ func testServerRestart(t *testing.T, b backend, sig syscall.Signal) {
 	require.Equal(t, "succeeded", r.State, runSummary(r))
 	require.Len(t, r.Attempts, 1, "no retry was needed: %s", runSummary(r))
 	require.Equal(t, w.runnerID, r.Attempts[0].Runner)
+
+	require.Contains(t, w.proc.output(), "failed, retrying", "the worker saw the outage and retried")
 
 	logs := s.allLogs(run.ID)
 	var stdout, all []string
@@ -330,4 +335,3 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 		}
 	})
 }
-

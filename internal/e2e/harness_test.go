@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -37,6 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
 	dir, err := os.MkdirTemp("", "jobplane-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

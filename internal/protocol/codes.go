@@ -45,4 +45,5 @@ const (
 	CodeUnknownJob               = "unknown_job"
 	CodeUnknownChannel           = "unknown_channel"
 	CodeCatalogUnavailable       = "catalog_unavailable"
+	CodeMethodNotAllowed         = "method_not_allowed"
 )

@@ -110,7 +110,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
-		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
