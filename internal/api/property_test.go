@@ -182,7 +182,7 @@ func TestLifecycleProperties(t *testing.T) {
 					}
 				},
 				"advance": func(rt *rapid.T) {
-					e.clock.Advance(time.Duration(rapid.IntRange(1, 8000).Draw(rt, "ms")) * time.Millisecond)
+					e.clock.Advance(time.Duration(rapid.IntRange(1, 35000).Draw(rt, "ms")) * time.Millisecond)
 				},
 				"reap": func(rt *rapid.T) {
 					if _, err := e.svc.Reap(e.ctx()); err != nil {
