@@ -25,7 +25,7 @@ func TestRunSmoke(t *testing.T) {
 			db := stores()[name](t)
 			var calls atomic.Int64
 			res, err := Run(context.Background(), Config{
-				DB: db, Runs: 50, Workers: 4, Clients: 2,
+				DB: db, Runs: 30, Workers: 4, Clients: 2,
 				Progress: func(string, int, int) { calls.Add(1) },
 			})
 			if err != nil {
@@ -34,13 +34,13 @@ func TestRunSmoke(t *testing.T) {
 			if res.Store != name {
 				t.Errorf("store %q, want %q", res.Store, name)
 			}
-			if res.Request.Ops != 50 || res.ClaimResult.Ops != 50 || res.Verification.Checked != 50 {
-				t.Errorf("ops: request %d, claim+result %d, checked %d; want 50 each", res.Request.Ops, res.ClaimResult.Ops, res.Verification.Checked)
+			if res.Request.Ops != 30 || res.ClaimResult.Ops != 30 || res.Verification.Checked != 30 {
+				t.Errorf("ops: request %d, claim+result %d, checked %d; want 30 each", res.Request.Ops, res.ClaimResult.Ops, res.Verification.Checked)
 			}
 			if res.Request.PerSecond <= 0 || res.ClaimResult.PerSecond <= 0 {
 				t.Errorf("rates: %+v %+v", res.Request, res.ClaimResult)
 			}
-			if res.ClaimLatency.Count != 50 || res.RequestToClaimed.Count != 50 || res.RequestLatency.Count != 50 {
+			if res.ClaimLatency.Count != 30 || res.RequestToClaimed.Count != 30 || res.RequestLatency.Count != 30 {
 				t.Errorf("latency counts: %+v %+v %+v", res.ClaimLatency, res.RequestToClaimed, res.RequestLatency)
 			}
 			if res.EmptyClaims < 2*4 {

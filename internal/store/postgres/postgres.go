@@ -49,6 +49,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
 	}
+	// pgxpool's default (max(4, CPUs)) starves a server whose long-polling
+	// claims and log followers each hold a request: unless the DSN says
+	// otherwise (pool_max_conns), allow more.
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, 20)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
