@@ -51,6 +51,7 @@ type cliRoot struct {
 	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
 	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
+	Bench      BenchCmd      `cmd:"" help:"Measure request and claim+result throughput of no-op runs."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
 }
 
