@@ -13,15 +13,19 @@
 //     executed, its log streamed back, and `run --wait` exits 0 and prints
 //     the job's output; a failing job makes `run --wait` exit 1.
 //   - TestWorkerKilledMidRun (RELIABILITY.md C3): a worker SIGKILLed mid-run
-//     (and its job's process group with it) stops renewing, the lease
+//     (and its job's process group with it; lease_ttl 3 s) stops renewing, the lease
 //     expires by database time, the reaper makes attempt 2 and the other
 //     worker runs it; attempt 1 ends `expired`; a late signed call for
 //     attempt 1 from the dead worker's identity is refused with 409
 //     (`attempt_stale` or `lease_expired`) and changes nothing.
-//   - TestServerRestartMidRun (C10 at process level): the server killed and
-//     restarted on the same port and database while a job runs loses
-//     nothing: the worker reconnects, keeps its lease, ships the rest of the
+//   - TestServerRestartMidRun (C10 at process level, with a real clock and
+//     an 8 s job rather than 10×TTL): the server stopped twice (SIGTERM or
+//     SIGKILL), each time for about a second, and restarted on the same port
+//     and database while a job runs loses nothing: the worker reconnects,
+//     keeps its lease (one attempt, never rescued), ships the rest of the
 //     log exactly once and in order, and posts the result.
+//   - TestMinimumLeaseTTL: a job with the minimum lease_ttl (2 s) that
+//     renews on time runs to its end.
 //   - TestWorkerRestartKeepsIdentity: a worker restarted with the same state
 //     directory and no registration token keeps its runner identity and
 //     still claims work; the server lists one runner, not two.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,11 +179,11 @@ func sigName(sig syscall.Signal) string {
 	return "SIGTERM"
 }
 
-const chattyLines = 10
+const chattyLines = 16
 
 func testServerRestart(t *testing.T, b backend, sig syscall.Signal) {
 	e := newEnv(t, func(dir string) []job {
-		// ~5 s of output, a line every 0.5 s. The 10 s lease leaves the
+		// ~8 s of output, a line every 0.5 s. The 10 s lease leaves the
 		// worker a 9 s trust window: an outage of a second or two must not
 		// cost the lease.
 		script := fmt.Sprintf(`echo $$ >> %s/pids; i=1; while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); sleep 0.5; done`, dir, chattyLines)
@@ -194,36 +193,39 @@ func testServerRestart(t *testing.T, b backend, sig syscall.Signal) {
 	w := startWorker(t, s, "worker-a", t.TempDir(), s.registrationToken())
 
 	run := s.createRun("chatty")
-	eventually(t, 20*time.Second, "line 2 in the stored log", func() (bool, string) {
-		page, err := s.admin.Logs(s.ctx(), run.ID, 0)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, l := range page.Lines {
-			if l.Text == "line 2" {
-				return true, ""
+	// Two outages, as in C10: after line 3 and after line 9 are stored.
+	for _, mark := range []string{"line 3", "line 9"} {
+		eventually(t, 20*time.Second, mark+" in the stored log", func() (bool, string) {
+			page, err := s.admin.Logs(s.ctx(), run.ID, 0)
+			if err != nil {
+				return false, err.Error()
 			}
+			for _, l := range page.Lines {
+				if l.Text == mark {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d lines", len(page.Lines))
+		})
+
+		down := time.Now()
+		_ = s.proc.cmd.Process.Signal(sig)
+		select {
+		case <-s.proc.done:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "server did not exit within 10 s of "+sigName(sig))
 		}
-		return false, fmt.Sprintf("%d lines", len(page.Lines))
-	})
+		stopped := time.Since(down)
+		// Stay down for a second, so the worker meets refused connections
+		// for its log shipping (a line every 0.5 s) and must retry.
+		time.Sleep(time.Until(down.Add(time.Second)))
+		s.start() // same port, same database, same data dir
+		outage := time.Since(down)
+		t.Logf("after %q: server %s exited in %s, ready again after %s", mark, sigName(sig), stopped.Round(time.Millisecond), outage.Round(time.Millisecond))
 
-	down := time.Now()
-	_ = s.proc.cmd.Process.Signal(sig)
-	select {
-	case <-s.proc.done:
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "server did not exit within 10 s of "+sigName(sig))
+		mid := s.getRun(run.ID)
+		require.Equal(t, "running", mid.State, "the job must still be running after the restart, else the test proved nothing: %s", runSummary(mid))
 	}
-	stopped := time.Since(down)
-	// Stay down for a second, so the worker meets refused connections for
-	// its log shipping (a line every 0.5 s) and must retry.
-	time.Sleep(time.Until(down.Add(time.Second)))
-	s.start() // same port, same database, same data dir
-	outage := time.Since(down)
-	t.Logf("server %s: exited after %s, ready again after %s", sigName(sig), stopped.Round(time.Millisecond), outage.Round(time.Millisecond))
-
-	mid := s.getRun(run.ID)
-	require.Equal(t, "running", mid.State, "the job must still be running after the restart, else the test proved nothing: %s", runSummary(mid))
 
 	r := s.waitState(run.ID, 30*time.Second, "succeeded", "failed", "cancelled", "timed_out", "expired")
 	require.Equal(t, "succeeded", r.State, runSummary(r))
@@ -340,19 +342,10 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 }
 
 // TestMinimumLeaseTTL: a job whose lease has the smallest TTL the protocol
-// allows (2 s) and that renews on time must be left to finish.
-//
-// Known bug (internal/worker/deadline.go and attempt.go): with TTL 2 s the
-// trust window is TTL − max(1 s, TTL/10) = 1 s after a renew is sent, the
-// watchdog sends SIGTERM stopGrace = TTL/5 = 400 ms before its end, i.e.
-// 600 ms after the send, but renewLoop sends the next renew only TTL/3 ≈
-// 667 ms after it. Every job that lives longer than ~0.6 s is stopped with
-// "lease not renewed in time" although every renew succeeds. Set
-// JOBPLANE_E2E_KNOWN_BUGS=1 to run it.
+// allows (2 s) and that renews on time must be left to finish. (It once was
+// not: the worker renewed every TTL/3 while its trust window is only
+// TTL − 1 s = 1 s, so the watchdog stopped healthy jobs after 0.6 s.)
 func TestMinimumLeaseTTL(t *testing.T) {
-	if os.Getenv("JOBPLANE_E2E_KNOWN_BUGS") != "1" {
-		t.Skip("known bug: the worker stops every job with lease_ttl 2s after ~0.6 s; set JOBPLANE_E2E_KNOWN_BUGS=1 to run")
-	}
 	t.Parallel()
 	e := newEnv(t, func(dir string) []job {
 		return []job{{name: "short-lease", script: fmt.Sprintf(`echo $$ >> %s/pids; sleep 3; echo done`, dir), leaseTTL: "2s"}}

@@ -243,11 +243,11 @@ func (a *attempt) call(ctx context.Context, what string, f func(context.Context)
 	}
 }
 
-// renewLoop renews every TTL/3 from the last grant's send time, and retries
+// renewLoop renews every third of the trust window from the last grant's send time, and retries
 // failures quickly until the watchdog ends the trust window.
 func (a *attempt) renewLoop(ctx context.Context, lastSent time.Time) {
 	clk := a.w.clk
-	next := lastSent.Add(a.ttl / 3)
+	next := lastSent.Add(renewEvery(a.ttl))
 	retry := min(max(a.ttl/10, 200*time.Millisecond), 2*time.Second)
 	for {
 		wait := min(max(next.Sub(clk.Now()), 0), a.w.tick)
@@ -274,7 +274,7 @@ func (a *attempt) renewLoop(ctx context.Context, lastSent time.Time) {
 		switch {
 		case err == nil:
 			a.extend(sent)
-			next = sent.Add(a.ttl / 3)
+			next = sent.Add(renewEvery(a.ttl))
 			if resp.CancelRequested {
 				a.stop(reasonCancelled, false)
 			}

@@ -43,9 +43,18 @@ func capAt(t, limit time.Time) time.Time {
 	return t
 }
 
+// renewEvery is the renewal cadence: a third of the trust window, not of the
+// TTL, because the window is what runs out. At the 2 s minimum TTL the window
+// is 1 s, and renewing every TTL/3 (0.67 s) would leave a healthy job only
+// 0.33 s from its stop.
+func renewEvery(ttl time.Duration) time.Duration {
+	return (ttl - trustMargin(ttl)) / 3
+}
+
 // stopGrace is the SIGTERM → SIGKILL grace before a deadline: at most
-// killGrace, and at most TTL/5 so that a healthy renewal cadence (every
-// TTL/3) never comes close to triggering it.
+// killGrace, and at most a fifth of the trust window, so that a healthy
+// renewal cadence (every third of the window) never comes close to
+// triggering it.
 func stopGrace(killGrace, ttl time.Duration) time.Duration {
-	return min(killGrace, ttl/5)
+	return min(killGrace, (ttl-trustMargin(ttl))/5)
 }

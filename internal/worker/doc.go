@@ -31,7 +31,7 @@
 // and never beyond the job deadline, computed the same way from the claim's
 // send time plus timeout_seconds. Starting the clock before the request is
 // sent makes any latency or server delay shorten the window, never lengthen
-// it. Renewals happen every TTL/3 and transient failures are retried until
+// it. Renewals happen every third of the trust window and transient failures are retried until
 // the window ends. At the window's end the process group is killed and the
 // worker sends nothing more for the attempt: by then the server may already
 // have given the run to another runner. A 409 lease_expired or attempt_stale
