@@ -374,42 +374,45 @@ func TestC10_HealthyLeaseNeverRescued(t *testing.T) {
 // list filters by expiry instead of paging through every leased row.
 func TestC10_ExpiredBehindManyLive(t *testing.T) {
 	t.Parallel()
-	testdb.Each(t, func(t *testing.T, st store.Store) {
+	eachBackend(t, func(t *testing.T, b backend) {
 		t.Parallel()
+		st := b.st
 		spec := jobSpec(time.Minute, time.Hour, 3)
 		e := newEnv(t, st, spec, withReapBatch(100))
 		rn := e.runner("c10-holder")
 		const live = 10000
 		claimed := testEpoch.Add(-time.Minute)
-		lease := func(a *store.Attempt, r *store.Run, expires time.Time) {
-			a.State, a.RunnerID, a.LeaseDigest = store.AttemptLeased, rn.ID, protocol.SHA256Hex([]byte(a.ID))
-			a.ClaimedAt, a.HeartbeatAt = &claimed, &claimed
-			a.LeaseExpiresAt, a.Deadline = &expires, ptr(claimed.Add(time.Hour))
-			r.State = store.RunRunning
+		lease := func(expires time.Time) func(a *store.Attempt, r *store.Run) {
+			return func(a *store.Attempt, r *store.Run) {
+				a.State, a.RunnerID, a.LeaseDigest = store.AttemptLeased, rn.ID, protocol.SHA256Hex([]byte(a.ID))
+				a.ClaimedAt, a.HeartbeatAt = &claimed, &claimed
+				a.LeaseExpiresAt, a.Deadline = &expires, ptr(claimed.Add(time.Hour))
+				r.State = store.RunRunning
+			}
 		}
-		seedRuns(t, st, spec, live, func(i int, a *store.Attempt, r *store.Run) {
-			lease(a, r, testEpoch.Add(time.Minute+time.Duration(i)*time.Millisecond))
+		b.cloneRuns(t, spec, live, lease(testEpoch.Add(time.Minute)))
+		// The expired one sorts after every live one by ID and claim order.
+		expiredAtt, expiredRun := b.cloneRuns(t, spec, 1, func(a *store.Attempt, r *store.Run) {
+			lease(testEpoch.Add(-time.Second))(a, r)
+			late := claimed.Add(time.Second)
+			a.ClaimedAt, a.HeartbeatAt = &late, &late
+			r.ID, a.ID = "run_ZZZZ"+r.ID[len("run_"):], "att_ZZZZ"+a.ID[len("att_"):]
+			a.RunID = r.ID
 		})
-		expired := seedRuns(t, st, spec, 1, func(_ int, a *store.Attempt, r *store.Run) {
-			lease(a, r, testEpoch.Add(-time.Second))
-		})[0]
+		require.Equal(t, live+1, b.count(t, `SELECT count(*) FROM attempts WHERE state = 'leased'`))
 
 		n, err := e.a.Reap(e.ctx())
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		a, err := st.AttemptGetByID(e.ctx(), expired.ID, false)
+		a, err := st.AttemptGetByID(e.ctx(), expiredAtt[0], false)
 		require.NoError(t, err)
 		require.Equal(t, store.AttemptExpired, a.State)
-		require.Len(t, e.attempts(expired.RunID), 2, "the run got its next attempt")
-		leased, err := st.AttemptListLeasedByRunner(e.ctx(), rn.ID)
-		require.NoError(t, err)
-		require.Len(t, leased, live, "no live lease was touched")
+		require.Len(t, e.attempts(expiredRun[0]), 2, "the run got its next attempt")
+		require.Equal(t, live, b.count(t, `SELECT count(*) FROM attempts WHERE state = 'leased'`), "no live lease was touched")
 
-		// And with more expired rows than one batch, each pass takes a
-		// batch and nothing is skipped.
-		more := seedRuns(t, st, spec, 250, func(_ int, a *store.Attempt, r *store.Run) {
-			lease(a, r, testEpoch.Add(-time.Second))
-		})
+		// And with more expired rows than one batch, each pass takes at
+		// most a batch and nothing is skipped.
+		more, _ := b.cloneRuns(t, spec, 250, lease(testEpoch.Add(-time.Second)))
 		total := 0
 		for pass := 0; pass < 3; pass++ {
 			n, err := e.b.Reap(e.ctx())
@@ -421,5 +424,6 @@ func TestC10_ExpiredBehindManyLive(t *testing.T) {
 		n, err = e.b.Reap(e.ctx())
 		require.NoError(t, err)
 		require.Equal(t, 0, n)
+		require.Equal(t, live, b.count(t, `SELECT count(*) FROM attempts WHERE state = 'leased'`))
 	})
 }

@@ -7,13 +7,17 @@ package control
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for raw checks
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -22,6 +26,9 @@ import (
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/postgres"
+	"github.com/jobplane/jobplane/internal/store/sqlite"
+	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -286,4 +293,106 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// backend is a store together with a raw SQL handle on the same database,
+// for bulk seeding and for invariants stated in SQL.
+type backend struct {
+	name string
+	st   store.Store
+	raw  *sql.DB
+}
+
+// eachBackend is testdb.Each with a raw handle.
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "jobplane.db")
+		st, err := sqlite.Open(context.Background(), path)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = raw.Close() })
+		fn(t, backend{"sqlite", st, raw})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := testdb.PostgresDSN(t)
+		st, err := postgres.Open(context.Background(), dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = st.Close() })
+		raw, err := sql.Open("pgx", dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = raw.Close() })
+		fn(t, backend{"postgres", st, raw})
+	})
+}
+
+func (b backend) columns(t *testing.T, table string) []string {
+	t.Helper()
+	q := `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = '` + table + `' ORDER BY ordinal_position`
+	if b.name == "sqlite" {
+		q = `SELECT name FROM pragma_table_info('` + table + `') ORDER BY cid`
+	}
+	rows, err := b.raw.Query(q)
+	require.NoError(t, err)
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, cols)
+	return cols
+}
+
+// cloneRuns seeds runs fast: it inserts one run with its first attempt
+// through the store (so every column is encoded by the store itself), then
+// copies that pair n-1 times in two INSERT … SELECT statements. The copies'
+// IDs are the template's with a numeric suffix, so they sort after it and in
+// copy order. It returns the attempt and run IDs in that order.
+func (b backend) cloneRuns(t *testing.T, spec Spec, n int, mutate func(a *store.Attempt, r *store.Run)) (attempts, runs []string) {
+	t.Helper()
+	tmpl := seedRuns(t, b.st, spec, 1, func(_ int, a *store.Attempt, r *store.Run) {
+		if mutate != nil {
+			mutate(a, r)
+		}
+	})[0]
+	attempts, runs = []string{tmpl.ID}, []string{tmpl.RunID}
+	if n <= 1 {
+		return attempts, runs
+	}
+	gen := fmt.Sprintf(`WITH RECURSIVE g(x) AS (SELECT 100001 UNION ALL SELECT x + 1 FROM g WHERE x < %d) `, 100000+n-1)
+	clone := func(table string, override map[string]string, where string) {
+		cols := b.columns(t, table)
+		exprs := make([]string, len(cols))
+		for i, c := range cols {
+			if e, ok := override[c]; ok {
+				exprs[i] = e
+			} else {
+				exprs[i] = "t." + c
+			}
+		}
+		q := gen + `INSERT INTO ` + table + ` (` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(exprs, ", ") +
+			` FROM ` + table + ` t, g WHERE ` + where
+		_, err := b.raw.Exec(q)
+		require.NoError(t, err, q)
+	}
+	clone("runs", map[string]string{"id": "t.id || '-' || g.x"}, "t.id = '"+tmpl.RunID+"'")
+	clone("attempts", map[string]string{"id": "t.id || '-' || g.x", "run_id": "t.run_id || '-' || g.x"}, "t.id = '"+tmpl.ID+"'")
+	for x := 100001; x < 100000+n; x++ {
+		attempts = append(attempts, fmt.Sprintf("%s-%d", tmpl.ID, x))
+		runs = append(runs, fmt.Sprintf("%s-%d", tmpl.RunID, x))
+	}
+	return attempts, runs
+}
+
+// count runs a counting query on the raw handle.
+func (b backend) count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.raw.QueryRow(q, args...).Scan(&n), q)
+	return n
 }

@@ -32,6 +32,7 @@ type SignedRequest struct {
 var (
 	ErrPathNotCanonical  = errors.New("path is not canonical")
 	ErrQueryNotCanonical = errors.New("query is malformed")
+	ErrFieldNotCanonical = errors.New("a signed field contains a line break")
 )
 
 // CheckPath accepts only paths that every layer reads the same way: absolute,
@@ -90,6 +91,13 @@ func CanonicalMessage(r *SignedRequest) (string, error) {
 	q, err := CanonicalQuery(r.RawQuery)
 	if err != nil {
 		return "", err
+	}
+	// A line break inside a field would let two different requests share one
+	// message ("a\nb","c" and "a","b\nc"); refuse it rather than escape it.
+	for _, f := range []string{r.Method, r.Timestamp, r.Nonce, r.Runner, r.Run, r.Attempt} {
+		if strings.ContainsAny(f, "\r\n") {
+			return "", ErrFieldNotCanonical
+		}
 	}
 	lease := ""
 	if r.Lease != "" {

@@ -61,3 +61,16 @@ func TestVectors(t *testing.T) {
 		})
 	}
 }
+
+func TestLineBreaksInFieldsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, r := range []SignedRequest{
+		{Method: "POST", Path: "/v1/x", Run: "a\nb", Attempt: "c"},
+		{Method: "POST", Path: "/v1/x", Run: "a", Attempt: "b\rc"},
+		{Method: "PO\nST", Path: "/v1/x"},
+		{Method: "POST", Path: "/v1/x", Nonce: "n\n"},
+	} {
+		_, err := CanonicalMessage(&r)
+		require.ErrorIs(t, err, ErrFieldNotCanonical)
+	}
+}
