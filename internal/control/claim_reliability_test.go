@@ -20,13 +20,16 @@ import (
 // c1Size is the number of queued attempts C1 drains. The default keeps the
 // package under its time budget under -race: the drain runs at a few hundred
 // claim+result pairs per second on a 2-core box (see the report in the
-// test log), so 20,000 takes minutes. ACCEPT_CLAIMS=20000 runs the full
-// acceptance size (RELIABILITY.md asks 100k, -short 10k).
+// test log), so 20,000 takes minutes. ACCEPT_CLAIMS=N sets the size;
+// JOBPLANE_LONG=1 runs the 20,000.
 func c1Size(t *testing.T, backend string) int {
 	if v := os.Getenv("ACCEPT_CLAIMS"); v != "" {
 		n, err := strconv.Atoi(v)
 		require.NoError(t, err)
 		return n
+	}
+	if os.Getenv("JOBPLANE_LONG") == "1" {
+		return 20000
 	}
 	if backend == "sqlite" {
 		return 1000
