@@ -200,6 +200,46 @@ type AuditEvent struct {
 	Details json.RawMessage
 }
 
+// Approval is one approver's verdict on a run waiting for approval.
+type Approval struct {
+	RunID    string
+	Approver string
+	Verdict  string // approved | rejected
+	Comment  string
+	At       time.Time
+}
+
+// SigningKey is a run-token signing key, sealed with the server key.
+type SigningKey struct {
+	KID       string
+	Sealed    []byte
+	CreatedAt time.Time
+	RetiredAt *time.Time
+}
+
+// Secret is a secret value, encrypted by the server; never returned by any API.
+type Secret struct {
+	Tenant     string
+	Name       string
+	Channel    string // "" = every channel
+	Ciphertext []byte
+	UpdatedAt  time.Time
+}
+
+// Credential is something minted for one attempt that must be revoked when
+// the attempt ends (a PostgreSQL login role, for instance).
+type Credential struct {
+	ID        string
+	Tenant    string
+	RunID     string
+	AttemptID string
+	Connector string
+	Kind      string // the broker that revokes it
+	Ref       string // what to revoke (a role name); never a secret
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
 // Params of the methods.
 
 // AttemptClaimParams selects and leases the oldest eligible queued attempt.
@@ -269,6 +309,12 @@ type Queries interface {
 	// APITokenRevoke marks a token revoked.
 	APITokenRevoke(ctx context.Context, id string, now *time.Time) error
 
+	// ApprovalCreate records a verdict; ErrAlreadyExists when this approver
+	// already gave one on the run.
+	ApprovalCreate(ctx context.Context, a *Approval) error
+	// ApprovalListByRun lists a run's verdicts in order.
+	ApprovalListByRun(ctx context.Context, runID string) ([]*Approval, error)
+
 	// AttemptClaim leases the oldest eligible queued attempt (NotBefore <= now,
 	// tenant and pool equal, labels a subset of the runner's) to the runner in
 	// one statement: state leased, ClaimedAt and HeartbeatAt now, Deadline now +
@@ -305,6 +351,14 @@ type Queries interface {
 	// AuditList lists events in sequence order.
 	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEvent, error)
 
+	// CredentialCreate records a minted credential.
+	CredentialCreate(ctx context.Context, c *Credential) error
+	// CredentialListToRevoke lists unrevoked credentials whose attempt has
+	// ended (or whose lease ran out before now), oldest first.
+	CredentialListToRevoke(ctx context.Context, now *time.Time, limit int) ([]*Credential, error)
+	// CredentialMarkRevoked marks a credential revoked.
+	CredentialMarkRevoked(ctx context.Context, id string, now *time.Time) error
+
 	// LogAppend stores a chunk; it reports false when the chunk was already stored.
 	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)
 	// LogList lists a run's lines with ID > After in order.
@@ -338,6 +392,9 @@ type Queries interface {
 	RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key string) (*Run, error)
 	// RunList pages a tenant's runs, newest first.
 	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	// RunListPendingApproval lists runs waiting for approval created before
+	// a time, oldest first, across tenants (for expiry).
+	RunListPendingApproval(ctx context.Context, createdBefore time.Time, limit int) ([]*Run, error)
 	// RunUpdate writes the mutable fields of a run (State, Decision, Grants,
 	// WaitingFor, CountedAttempts, CancelRequested, UpdatedAt, FinishedAt).
 	RunUpdate(ctx context.Context, r *Run) error
@@ -352,6 +409,20 @@ type Queries interface {
 	RunnerTouch(ctx context.Context, id string, now *time.Time) error
 	// RunnerUpdate writes Status, PublicKey, KeyFingerprint and Labels.
 	RunnerUpdate(ctx context.Context, r *Runner) error
+
+	// SecretGet reads a secret of a tenant for a channel ("" for all channels).
+	SecretGet(ctx context.Context, tenant, name, channel string) (*Secret, error)
+	// SecretPut creates or replaces a secret.
+	SecretPut(ctx context.Context, s *Secret) error
+
+	// SigningKeyCreate stores a new signing key.
+	SigningKeyCreate(ctx context.Context, k *SigningKey) error
+	// SigningKeyDelete removes a key no token can still need.
+	SigningKeyDelete(ctx context.Context, kid string) error
+	// SigningKeyList lists the keys, oldest first.
+	SigningKeyList(ctx context.Context) ([]*SigningKey, error)
+	// SigningKeyRetire stops a key from signing (it stays published).
+	SigningKeyRetire(ctx context.Context, kid string, at time.Time) error
 
 	// TenantEnsure returns the tenant with this name, creating it if needed.
 	TenantEnsure(ctx context.Context, name string, now *time.Time) (*Tenant, error)

@@ -81,6 +81,10 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ForUpdate", testForUpdate},
 		{"Wake", testWake},
 		{"DoubleAssignment", testDoubleAssignment},
+		{"Approvals", testApprovals},
+		{"Secrets", testSecrets},
+		{"SigningKeys", testSigningKeys},
+		{"Credentials", testCredentials},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
