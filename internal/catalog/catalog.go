@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/jobplane/jobplane/internal/policy"
 )
 
 // File names of the definitions repository that Parse reads.
@@ -27,15 +29,12 @@ type Catalog struct {
 	groups   map[string]*Group
 	rules    []*Rule
 	memberOf map[string][]string // actor → sorted group names
+	policy   *policy.Policy      // rules compiled once, at Parse
 }
 
 // Group is a named set of principals, with free-form attributes for policy
 // conditions.
-type Group struct {
-	Name       string         `json:"name"`
-	Members    []string       `json:"members"`
-	Attributes map[string]any `json:"attributes,omitempty"`
-}
+type Group = policy.Group
 
 // IsDefinitionFile reports whether Parse reads the file at this repo-relative
 // path; callers that list a tree use it to pick the files to load.
@@ -82,6 +81,11 @@ func Parse(files map[string][]byte) (*Catalog, []Error) {
 	for _, gs := range p.cat.memberOf {
 		slices.Sort(gs)
 	}
+	groups := make([]policy.Group, 0, len(p.cat.groups))
+	for _, name := range slices.Sorted(maps.Keys(p.cat.groups)) {
+		groups = append(groups, *p.cat.groups[name])
+	}
+	p.cat.policy = policy.New(p.compiled, groups)
 	return p.cat, nil
 }
 
@@ -99,6 +103,8 @@ type parse struct {
 	refs map[string][]groupRef
 	// ruleIDs are unique across files, so they can name a decision.
 	ruleIDs map[string]*Rule
+	// compiled holds the rules that compiled, in file then position order.
+	compiled []*policy.CompiledRule
 }
 
 func (p *parse) file(path string, data []byte) {

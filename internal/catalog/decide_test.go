@@ -3,6 +3,7 @@ package catalog
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -104,4 +105,43 @@ func TestDecideEmpty(t *testing.T) {
 	got := c.Decide(Request{Job: "a", Channel: "prod", Actor: "b"})
 	require.False(t, got.Allowed)
 	require.Empty(t, got.Rules)
+}
+
+func TestDecidePolicyEngineFields(t *testing.T) {
+	t.Parallel()
+
+	c := mustParse(t, files(
+		"groups.yaml", "groups:\n  payments-operators:\n    members: [alice, bob]\n    attributes: {accounts: [\"1001\", \"1002\"]}\n  payments-leads: {members: [carol]}\n  contractors: {members: [mallory]}\n",
+		"policies/payments.yaml", `rules:
+  - id: payments-backfill-staging
+    jobs: [backfill-account]
+    channels: [staging]
+    groups: [payments-operators]
+    when: 'request.params.account in groups["payments-operators"].attributes.accounts'
+  - id: payments-backfill-prod
+    jobs: [backfill-account]
+    channels: [prod]
+    groups: [payments-operators]
+    when: 'request.ref.protected'
+    hours: {tz: UTC, from: "01:00", to: "05:00", days: [mon, tue, wed, thu, fri]}
+    approval: {count: 1, groups: [payments-leads]}
+    grants: {warehouse: write}
+`))
+	friday := time.Date(2026, 5, 1, 2, 0, 0, 0, time.UTC)
+	got := c.Decide(Request{Actor: "alice", Job: "backfill-account", Channel: "staging", Params: map[string]any{"account": "1001"}, Now: friday})
+	require.True(t, got.Allowed, "%+v", got)
+	got = c.Decide(Request{Actor: "alice", Job: "backfill-account", Channel: "staging", Params: map[string]any{"account": "9999"}, Now: friday})
+	require.False(t, got.Allowed, "%+v", got)
+
+	prod := Request{Actor: "bob", Job: "backfill-account", Channel: "prod", Ref: Ref{Branch: "main", Protected: true}, Now: friday}
+	got = c.Decide(prod)
+	require.True(t, got.Allowed, "%+v", got)
+	require.Equal(t, "payments-backfill-prod", got.Rule)
+	require.Equal(t, &Approval{Count: 1, Groups: []string{"payments-leads"}}, got.NeedsApproval)
+	require.Equal(t, map[string]string{"warehouse": "write"}, got.Grants)
+
+	prod.Now = friday.Add(24 * time.Hour) // Saturday
+	got = c.Decide(prod)
+	require.False(t, got.Allowed, "%+v", got)
+	require.Contains(t, got.Rules[1].Reason, "outside hours")
 }

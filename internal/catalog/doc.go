@@ -18,8 +18,10 @@
 // (alias bombs, deep nesting, huge files) under explicit budgets instead of
 // relying on the decoder's.
 //
-// Authorization in this version covers jobs, channels, groups and users. The
-// policy fields `when`, `hours`, `approval` and `grants` are parsed but rejected
-// by validation: the server cannot enforce them yet, and a rule that silently
-// ignored its condition would allow more than its author meant.
+// Policy rules are parsed here, with their positions, and compiled by package
+// policy while the commit is parsed: a `when` that does not type-check, an
+// unknown time zone or a bad grant level is an error of the commit, at the
+// line and column where it is written, and Decide delegates to the compiled
+// policy. The policy types (Rule, Request, Decision, ...) are aliases of
+// package policy's.
 package catalog

@@ -1,59 +1,46 @@
 package catalog
 
 import (
-	"fmt"
 	"path"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/jobplane/jobplane/internal/policy"
 )
 
 // Rule effects.
 const (
-	EffectAllow = "allow"
-	EffectDeny  = "deny"
+	EffectAllow = policy.EffectAllow
+	EffectDeny  = policy.EffectDeny
 )
 
 // AnyUser in a rule's users matches every authenticated principal.
-const AnyUser = "*"
+const AnyUser = policy.AnyUser
 
 var ruleIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// Rule is one authorization rule of a policy file.
-type Rule struct {
-	ID       string   `json:"id"`
-	File     string   `json:"file"`
-	Line     int      `json:"line"`
-	Effect   string   `json:"effect"`
-	Jobs     []string `json:"jobs"`
-	Channels []string `json:"channels,omitempty"` // empty: every channel
-	Groups   []string `json:"groups,omitempty"`
-	Users    []string `json:"users,omitempty"`
-
-	// The fields below are parsed so that files written for later versions
-	// report a precise error, but a catalog whose rules use them does not
-	// validate in this version: see the package documentation.
-	When     string            `json:"when,omitempty"`
-	Hours    *Hours            `json:"hours,omitempty"`
-	Approval *Approval         `json:"approval,omitempty"`
-	Grants   map[string]string `json:"grants,omitempty"`
-}
-
-// Hours restricts a rule to a weekly time window.
-type Hours struct {
-	TZ   string   `json:"tz"`
-	From string   `json:"from"`
-	To   string   `json:"to"`
-	Days []string `json:"days,omitempty"`
-}
-
-// Approval is the approvals a rule requires before the run starts.
-type Approval struct {
-	Count  int      `json:"count"`
-	Groups []string `json:"groups"`
-}
+// The policy types are package policy's: the catalog parses and positions
+// them, the policy engine compiles and decides. The aliases keep the
+// catalog's API whole for its callers.
+type (
+	// Rule is one authorization rule of a policy file.
+	Rule = policy.Rule
+	// Hours restricts a rule to a weekly time window.
+	Hours = policy.Hours
+	// Approval is the approvals a rule requires before the run starts.
+	Approval = policy.Approval
+	// Request is what an authorization decision is about.
+	Request = policy.Request
+	// Ref is the Git reference a request runs from.
+	Ref = policy.Ref
+	// Decision is the outcome of Decide.
+	Decision = policy.Decision
+	// RuleTrace records how one rule was evaluated.
+	RuleTrace = policy.RuleTrace
+)
 
 func (p *parse) parseGroups(d *decoder, body ast.Node) {
 	d.object(body, "", 0, map[string]func(ast.Node, string){
@@ -119,9 +106,9 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 	line, _ := position(d.resolve(n, field))
 	r := &Rule{File: d.file, Line: line, Effect: EffectAllow}
 	var idNode ast.Node
-	unsupported := func(v ast.Node, f, what string) {
-		d.add(v, f, "%s is not supported by this server version", what)
-	}
+	// nodes keeps where each policy-engine field was written, so that the
+	// problems CompileRule finds point at their line and column.
+	nodes := map[string]ast.Node{}
 	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
 		"id": func(v ast.Node, f string) {
 			idNode = v
@@ -166,35 +153,64 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 		},
 		"users": func(v ast.Node, f string) { r.Users = d.strList(v, f) },
 		"when": func(v ast.Node, f string) {
+			nodes["when"] = v
 			r.When, _ = d.str(v, f)
-			unsupported(v, f, "when (a CEL condition)")
 		},
 		"hours": func(v ast.Node, f string) {
+			nodes["hours"] = v
 			h := &Hours{}
 			d.object(v, f, 2, map[string]func(ast.Node, string){
-				"tz":   func(v ast.Node, f string) { h.TZ, _ = d.str(v, f) },
-				"from": func(v ast.Node, f string) { h.From, _ = d.str(v, f) },
-				"to":   func(v ast.Node, f string) { h.To, _ = d.str(v, f) },
-				"days": func(v ast.Node, f string) { h.Days = d.strList(v, f) },
+				"tz":   func(v ast.Node, f string) { nodes["hours.tz"] = v; h.TZ, _ = d.str(v, f) },
+				"from": func(v ast.Node, f string) { nodes["hours.from"] = v; h.From, _ = d.str(v, f) },
+				"to":   func(v ast.Node, f string) { nodes["hours.to"] = v; h.To, _ = d.str(v, f) },
+				"days": func(v ast.Node, f string) {
+					nodes["hours.days"] = v
+					if items, ok := d.list(v, f); ok {
+						for i, item := range items {
+							nodes[index("hours.days", i)] = item
+						}
+					}
+					h.Days = d.strList(v, f)
+				},
 			})
 			r.Hours = h
-			unsupported(v, f, "hours")
 		},
 		"approval": func(v ast.Node, f string) {
+			nodes["approval"] = v
 			a := &Approval{}
 			d.object(v, f, 2, map[string]func(ast.Node, string){
 				"count": func(v ast.Node, f string) {
+					nodes["approval.count"] = v
 					c, _ := d.integer(v, f)
 					a.Count = int(min(max(c, 0), 1000))
 				},
-				"groups": func(v ast.Node, f string) { a.Groups = d.strList(v, f) },
+				"groups": func(v ast.Node, f string) {
+					nodes["approval.groups"] = v
+					items, _ := d.list(v, f)
+					for i, item := range items {
+						s, ok := d.str(item, index(f, i))
+						if !ok {
+							continue
+						}
+						if s == "" {
+							d.add(item, index(f, i), "must not be empty")
+							continue
+						}
+						a.Groups = append(a.Groups, s)
+						p.ref(d, s, item, index(f, i))
+					}
+				},
 			})
 			r.Approval = a
-			unsupported(v, f, "approval")
 		},
 		"grants": func(v ast.Node, f string) {
+			nodes["grants"] = v
+			if es, ok := d.entries(v, f, 2); ok {
+				for _, e := range es {
+					nodes["grants."+e.key] = e.keyNode
+				}
+			}
 			r.Grants = d.strMap(v, f, 2)
-			unsupported(v, f, "grants")
 		},
 	})
 	if !ok {
@@ -214,117 +230,83 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 		d.add(n, field, "must name groups or users")
 	}
 	p.cat.rules = append(p.cat.rules, r)
+	p.compileRule(d, n, field, r, nodes)
 }
 
-// Request is what an authorization decision is about.
-type Request struct {
-	Job       string `json:"job"`
-	Channel   string `json:"channel"`
-	Actor     string `json:"actor"`
-	ActorKind string `json:"actor_kind,omitempty"`
-}
-
-// Decision is the outcome of Decide, kept with the run so that anyone can see
-// why it was allowed or refused.
-type Decision struct {
-	Allowed bool `json:"allowed"`
-	// Rule is the id of the deciding rule: the first matching deny, or else
-	// the first matching allow; empty when no rule matched.
-	Rule        string      `json:"rule,omitempty"`
-	Explanation string      `json:"explanation"`
-	Rules       []RuleTrace `json:"rules"`
-}
-
-// RuleTrace records how one rule was evaluated.
-type RuleTrace struct {
-	ID      string `json:"id"`
-	File    string `json:"file"`
-	Line    int    `json:"line"`
-	Effect  string `json:"effect"`
-	Matched bool   `json:"matched"`
-	Reason  string `json:"reason"`
-}
-
-// Decide authorizes a request: default deny, any matching deny rule refuses,
-// otherwise a matching allow rule allows. A rule matches when the job is in its
-// jobs (exact name or path.Match glob), the channel is in its channels (none
-// listed: all), and the actor is a member of one of its groups or listed in its
-// users ("*": any authenticated, i.e. non-empty, actor). Every rule is traced,
-// in file then position order. A nil catalog denies.
-func (c *Catalog) Decide(req Request) Decision {
-	dec := Decision{Rules: []RuleTrace{}}
-	if c == nil {
-		dec.Explanation = "no valid definitions: every request is denied"
-		return dec
-	}
-	actorGroups := c.memberOf[req.Actor]
-	var firstAllow, firstDeny *Rule
-	for _, r := range c.rules {
-		matched, reason := r.match(req, actorGroups)
-		dec.Rules = append(dec.Rules, RuleTrace{ID: r.ID, File: r.File, Line: r.Line, Effect: r.Effect, Matched: matched, Reason: reason})
-		if !matched {
+// compileRule hands the rule to the policy engine, which validates and
+// compiles when, hours, approval and grants, and maps its problems back to
+// the YAML. Problems about fields the catalog already checked are dropped so
+// each mistake is reported once.
+func (p *parse) compileRule(d *decoder, n ast.Node, field string, r *Rule, nodes map[string]ast.Node) {
+	c, probs := policy.CompileRule(*r)
+	for _, pr := range probs {
+		if pr.Field == "" || pr.Field == "effect" || strings.HasPrefix(pr.Field, "jobs") {
 			continue
 		}
-		if r.Effect == EffectDeny && firstDeny == nil {
-			firstDeny = r
+		f := join(field, pr.Field)
+		node := nodes[pr.Field]
+		if node == nil {
+			// A sub-field that was absent: point at its parent.
+			parent, _, _ := strings.Cut(pr.Field, ".")
+			node = nodes[parent]
 		}
-		if r.Effect == EffectAllow && firstAllow == nil {
-			firstAllow = r
+		if node == nil {
+			node = n
 		}
+		line, col := position(node)
+		if pr.Field == "when" && pr.Line > 0 {
+			line, col = whenPosition(node, pr.Line, pr.Column)
+		}
+		d.errs = append(d.errs, Error{File: d.file, Line: line, Column: col, Field: f, Message: pr.Message})
 	}
-	what := fmt.Sprintf("%s to run job %s in channel %s", actorName(req.Actor), req.Job, req.Channel)
-	switch {
-	case firstDeny != nil:
-		dec.Rule = firstDeny.ID
-		dec.Explanation = fmt.Sprintf("denied: rule %s (%s:%d) forbids %s", firstDeny.ID, firstDeny.File, firstDeny.Line, what)
-	case firstAllow != nil:
-		dec.Allowed = true
-		dec.Rule = firstAllow.ID
-		dec.Explanation = fmt.Sprintf("allowed: rule %s (%s:%d) allows %s", firstAllow.ID, firstAllow.File, firstAllow.Line, what)
-	default:
-		dec.Explanation = fmt.Sprintf("denied: no rule allows %s", what)
+	if c != nil {
+		p.compiled = append(p.compiled, c)
 	}
-	return dec
 }
 
-func actorName(a string) string {
-	if a == "" {
-		return "an unauthenticated request"
+// whenPosition maps a 1-based line and column inside a `when` expression to
+// the position in the file. For a plain or quoted scalar on one line the
+// column is exact unless escapes precede it; a multi-line flow scalar is
+// folded into one line before CEL sees it, so only its first line is exact.
+// For a block scalar (| or >) the line is the expression's line counted from
+// the indicator (exact for | without leading blank lines) and the column
+// assumes the content is indented two columns more than its key.
+func whenPosition(n ast.Node, line, col int) (int, int) {
+	n0 := n
+	for {
+		a, ok := n0.(*ast.AnchorNode)
+		if !ok || a.Value == nil {
+			break
+		}
+		n0 = a.Value
 	}
-	return a
+	l, c := position(n0)
+	switch v := n0.(type) {
+	case *ast.LiteralNode:
+		// The parser keeps no position for the first content line, so
+		// assume the usual layout: content one line below the indicator,
+		// indented two more columns than the key.
+		if v.Start != nil && v.Start.Position != nil {
+			return l + line, v.Start.Position.IndentNum + 2 + col
+		}
+		return l + line, c
+	case *ast.StringNode:
+		if line > 1 {
+			return l, c
+		}
+		if tk := v.GetToken(); tk != nil && (tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType) {
+			return l, c + col // skip the opening quote
+		}
+		return l, c + col - 1
+	}
+	return l, c
 }
 
-func (r *Rule) match(req Request, actorGroups []string) (bool, string) {
-	if !slices.ContainsFunc(r.Jobs, func(pat string) bool { return globMatch(pat, req.Job) }) {
-		return false, fmt.Sprintf("job %s not in %s", req.Job, list(r.Jobs))
+// Decide authorizes a request with the catalog's policies; see package
+// policy for the semantics. A nil catalog denies.
+func (c *Catalog) Decide(req Request) Decision {
+	if c == nil {
+		return (*policy.Policy)(nil).Decide(req)
 	}
-	if len(r.Channels) > 0 && !slices.Contains(r.Channels, req.Channel) {
-		return false, fmt.Sprintf("channel %s not in %s", req.Channel, list(r.Channels))
-	}
-	if req.Actor != "" {
-		for _, g := range r.Groups {
-			if slices.Contains(actorGroups, g) {
-				return true, fmt.Sprintf("actor %s is in group %s", req.Actor, g)
-			}
-		}
-		if slices.Contains(r.Users, req.Actor) {
-			return true, fmt.Sprintf("actor %s is listed in users", req.Actor)
-		}
-		if slices.Contains(r.Users, AnyUser) {
-			return true, fmt.Sprintf("users %q matches any authenticated actor", AnyUser)
-		}
-	}
-	return false, fmt.Sprintf("actor %s is not in groups %s or users %s", actorName(req.Actor), list(r.Groups), list(r.Users))
-}
-
-func globMatch(pattern, name string) bool {
-	if pattern == name || pattern == "*" {
-		return true
-	}
-	ok, err := path.Match(pattern, name)
-	return err == nil && ok
-}
-
-func list(xs []string) string {
-	return "[" + strings.Join(xs, ", ") + "]"
+	return c.policy.Decide(req)
 }
