@@ -24,6 +24,8 @@ type Config struct {
 	Logger  *slog.Logger
 	// Ready reports whether the server can serve (store reachable).
 	Ready func(ctx context.Context) error
+	// PublicURL is the run-token issuer (the server's external URL).
+	PublicURL string
 }
 
 // Handler is the HTTP API.
@@ -33,17 +35,23 @@ type Handler struct {
 	log   *slog.Logger
 	ready func(ctx context.Context) error
 	mux   *http.ServeMux
+
+	publicURL string
 }
 
 // New builds the handler and its routes.
 func New(cfg Config) *Handler {
-	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, ready: cfg.Ready, mux: http.NewServeMux()}
+	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, ready: cfg.Ready, mux: http.NewServeMux(), publicURL: cfg.PublicURL}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	m := h.mux
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	m.HandleFunc("GET /readyz", h.readyz)
+	m.HandleFunc("GET /.well-known/jwks.json", h.jwks)
+	m.HandleFunc("GET /.well-known/openid-configuration", h.discovery)
+	m.HandleFunc("GET /v1/run", h.job(h.runIdentity))
+	m.HandleFunc("POST /v1/admin/signing-keys/rotate", h.user(h.rotateSigningKeys))
 
 	m.HandleFunc("POST /v1/runner/register", h.register)
 	for path, fn := range h.signedRoutes() {
@@ -54,6 +62,8 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/runs", h.user(h.listRuns))
 	m.HandleFunc("GET /v1/runs/{id}", h.user(h.getRun))
 	m.HandleFunc("POST /v1/runs/{id}/cancel", h.user(h.cancelRun))
+	m.HandleFunc("POST /v1/runs/{id}/approve", h.user(h.verdict(true)))
+	m.HandleFunc("POST /v1/runs/{id}/reject", h.user(h.verdict(false)))
 	m.HandleFunc("GET /v1/runs/{id}/logs", h.user(h.logs))
 
 	m.HandleFunc("POST /v1/principals", h.user(h.createPrincipal))
@@ -127,6 +137,16 @@ func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
 func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if tok, ok := authn.BearerToken(r); ok && looksLikeJWS(tok) {
+			// A job's run token grants nothing here; say so, and audit the
+			// attempt, rather than answering as if it were an unknown key.
+			caller, err := h.svc.VerifyRunToken(r.Context(), tok)
+			if err == nil {
+				err = h.svc.RefuseRunToken(r.Context(), caller, r.Pattern)
+			}
+			writeError(w, h.log, err)
+			return
+		}
 		p, err := h.auth.Principal(r.Context(), r)
 		if err != nil {
 			writeError(w, h.log, err)
@@ -135,6 +155,26 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor
 		fn(w, r, control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
 	}
 }
+
+// job authenticates a running job by its run token.
+func (h *Handler) job(fn func(http.ResponseWriter, *http.Request, *control.RunCaller)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := authn.BearerToken(r)
+		if !ok || !looksLikeJWS(tok) {
+			writeError(w, h.log, fmt.Errorf("a run token is required: %w", protocol.ErrUnauthorized))
+			return
+		}
+		caller, err := h.svc.VerifyRunToken(r.Context(), tok)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		fn(w, r, caller)
+	}
+}
+
+// looksLikeJWS tells run tokens (compact JWS) from API tokens (jpt_…).
+func looksLikeJWS(tok string) bool { return strings.Count(tok, ".") == 2 }
 
 func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.SignedCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

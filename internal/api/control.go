@@ -21,6 +21,9 @@ func runJSON(v *control.RunView) protocol.Run {
 		Attempts: []protocol.Attempt{}, Approvals: []protocol.Approval{},
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
 	}
+	for _, a := range v.Approvals {
+		out.Approvals = append(out.Approvals, protocol.Approval{Approver: a.Approver, Verdict: a.Verdict, Comment: a.Comment, At: a.At.UTC()})
+	}
 	for _, a := range v.Attempts {
 		out.Attempts = append(out.Attempts, protocol.Attempt{
 			ID: a.ID, Number: a.Number, State: string(a.State), Runner: a.RunnerID, CreatedAt: a.CreatedAt.UTC(),
@@ -97,6 +100,26 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, actor contro
 		return
 	}
 	writeJSON(w, http.StatusOK, runJSON(v))
+}
+
+func (h *Handler) verdict(approve bool) func(http.ResponseWriter, *http.Request, control.Actor) {
+	return func(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+		var req protocol.CommentRequest
+		if err := readJSON(r, &req); err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		do := h.svc.Reject
+		if approve {
+			do = h.svc.Approve
+		}
+		v, err := do(r.Context(), actor, r.PathValue("id"), req.Comment)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, runJSON(v))
+	}
 }
 
 func lineJSON(l *store.LogLine) protocol.RunLogLine {

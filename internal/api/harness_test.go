@@ -20,13 +20,17 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
-const adminToken = "test-admin-token-0123456789"
+const (
+	adminToken = "test-admin-token-0123456789"
+	testIssuer = "http://jobplane.test"
+)
 
 var testDefinitions = map[string]string{
 	"jobs/echo.yaml": `name: echo
@@ -93,10 +97,14 @@ func newEnv(t *testing.T, st store.Store) *testEnv {
 	defs, err := server.OpenDefinitions(repo, map[string]string{"prod": "main"})
 	require.NoError(t, err)
 	fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
-	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs})
+	box, err := creds.NewBox(bytes.Repeat([]byte{7}, 32))
+	require.NoError(t, err)
+	tokens, err := control.NewCredentials(context.Background(), st, box, fc, testIssuer)
+	require.NoError(t, err)
+	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens})
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
-	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping})
+	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,

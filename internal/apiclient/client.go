@@ -110,6 +110,24 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*protocol.Run, er
 	return &run, nil
 }
 
+// ApproveRun approves a run waiting for approval.
+func (c *Client) ApproveRun(ctx context.Context, runID, comment string) (*protocol.Run, error) {
+	var run protocol.Run
+	if err := c.do(ctx, http.MethodPost, nil, protocol.CommentRequest{Comment: comment}, &run, "v1", "runs", runID, "approve"); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
+// RejectRun rejects a run waiting for approval.
+func (c *Client) RejectRun(ctx context.Context, runID, comment string) (*protocol.Run, error) {
+	var run protocol.Run
+	if err := c.do(ctx, http.MethodPost, nil, protocol.CommentRequest{Comment: comment}, &run, "v1", "runs", runID, "reject"); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
 // Logs returns the run's stored log lines with IDs greater than after.
 func (c *Client) Logs(ctx context.Context, runID string, after int64) (*protocol.LogList, error) {
 	q := url.Values{"after": {strconv.FormatInt(after, 10)}}

@@ -48,6 +48,8 @@ type cliRoot struct {
 	Runs       RunsCmd       `cmd:"" help:"List or show runs."`
 	Logs       LogsCmd       `cmd:"" help:"Print a run's log."`
 	Cancel     CancelCmd     `cmd:"" help:"Cancel a run."`
+	Approve    ApproveCmd    `cmd:"" help:"Approve a run waiting for your approval."`
+	Reject     RejectCmd     `cmd:"" help:"Reject a run waiting for your approval."`
 	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
 	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
@@ -132,8 +134,7 @@ func printErr(w io.Writer, err error) {
 		}
 		fmt.Fprintln(w, ")")
 		if p.Decision != nil {
-			b, _ := json.MarshalIndent(p.Decision, "  ", "  ")
-			fmt.Fprintf(w, "  decision: %s\n", b)
+			printDecision(w, p.Decision)
 		}
 		if p.RunID != "" {
 			fmt.Fprintf(w, "  run: %s\n", p.RunID)
@@ -141,6 +142,41 @@ func printErr(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintln(w, "jobplane:", err)
+}
+
+// printDecision explains a policy decision: the sentence, then every rule
+// considered and why it did or did not match.
+func printDecision(w io.Writer, d any) {
+	b, _ := json.Marshal(d)
+	var dec struct {
+		Explanation string `json:"explanation"`
+		Detail      struct {
+			Rules []struct {
+				ID      string `json:"id"`
+				File    string `json:"file"`
+				Line    int    `json:"line"`
+				Effect  string `json:"effect"`
+				Matched bool   `json:"matched"`
+				Reason  string `json:"reason"`
+			} `json:"rules"`
+		} `json:"detail"`
+	}
+	if json.Unmarshal(b, &dec) != nil || dec.Explanation == "" {
+		fmt.Fprintf(w, "  decision: %s\n", b)
+		return
+	}
+	fmt.Fprintf(w, "  why: %s\n", dec.Explanation)
+	for _, r := range dec.Detail.Rules {
+		mark := "no match"
+		if r.Matched {
+			mark = "matched"
+		}
+		fmt.Fprintf(w, "  - %s rule %s (%s:%d): %s", r.Effect, r.ID, r.File, r.Line, mark)
+		if r.Reason != "" {
+			fmt.Fprintf(w, ": %s", r.Reason)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func printJSON(w io.Writer, v any) error {

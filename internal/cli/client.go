@@ -180,12 +180,32 @@ func (c *RunsShowCmd) Run(g *Globals) error {
 	if r.CancelRequested {
 		fmt.Fprintln(w, "cancel    requested")
 	}
-	var d struct {
-		Allowed     bool   `json:"allowed"`
-		Explanation string `json:"explanation"`
+	if r.WaitingFor != "" {
+		fmt.Fprintf(w, "waiting   %s\n", r.WaitingFor)
 	}
-	if json.Unmarshal(r.Decision, &d) == nil && d.Explanation != "" {
-		fmt.Fprintf(w, "decision  %s\n", d.Explanation)
+	for _, a := range r.Approvals {
+		fmt.Fprintf(w, "approval  %s %s at %s", a.Approver, a.Verdict, a.At.Format(time.RFC3339))
+		if a.Comment != "" {
+			fmt.Fprintf(w, ": %s", a.Comment)
+		}
+		fmt.Fprintln(w)
+	}
+	var d struct {
+		Request struct {
+			Explanation string `json:"explanation"`
+		} `json:"request"`
+		Dispatch *struct {
+			Explanation string `json:"explanation"`
+		} `json:"dispatch"`
+	}
+	if json.Unmarshal(r.Decision, &d) == nil && d.Request.Explanation != "" {
+		fmt.Fprintf(w, "decision  %s\n", d.Request.Explanation)
+		if d.Dispatch != nil {
+			fmt.Fprintf(w, "dispatch  %s\n", d.Dispatch.Explanation)
+		}
+	}
+	if len(r.Grants) > 0 && string(r.Grants) != "{}" {
+		fmt.Fprintf(w, "grants    %s\n", r.Grants)
 	}
 	if len(r.Attempts) > 0 {
 		fmt.Fprintln(w, "attempts")
@@ -272,6 +292,50 @@ func (c *CancelCmd) Run(g *Globals) error {
 	} else {
 		fmt.Fprintf(g.Stdout, "run %s %s\n", r.ID, r.State)
 	}
+	return nil
+}
+
+// ApproveCmd approves a run waiting for approval.
+type ApproveCmd struct {
+	ClientFlags
+	ID      string `arg:"" help:"Run ID."`
+	Message string `short:"m" help:"Comment kept with the verdict."`
+}
+
+// Run approves.
+func (c *ApproveCmd) Run(g *Globals) error { return verdict(g, &c.ClientFlags, c.ID, c.Message, true) }
+
+// RejectCmd rejects a run waiting for approval.
+type RejectCmd struct {
+	ClientFlags
+	ID      string `arg:"" help:"Run ID."`
+	Message string `short:"m" help:"Comment kept with the verdict."`
+}
+
+// Run rejects.
+func (c *RejectCmd) Run(g *Globals) error { return verdict(g, &c.ClientFlags, c.ID, c.Message, false) }
+
+func verdict(g *Globals, f *ClientFlags, id, comment string, approve bool) error {
+	cl, err := f.client()
+	if err != nil {
+		return err
+	}
+	do := cl.RejectRun
+	if approve {
+		do = cl.ApproveRun
+	}
+	r, err := do(g.Ctx, id, comment)
+	if err != nil {
+		return err
+	}
+	if f.JSON {
+		return printJSON(g.Stdout, r)
+	}
+	fmt.Fprintf(g.Stdout, "run %s %s", r.ID, r.State)
+	if r.WaitingFor != "" {
+		fmt.Fprintf(g.Stdout, " (%s)", r.WaitingFor)
+	}
+	fmt.Fprintln(g.Stdout)
 	return nil
 }
 

@@ -38,7 +38,8 @@ func (c *ServerCmd) Run(g *Globals) error {
 		return err
 	}
 	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
-		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL}
+		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL,
+		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY")}
 	log := newLogger(g.Stderr, c.LogLevel)
 	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log})
 	if err != nil {

@@ -32,6 +32,10 @@ type Server struct {
 	Channels    map[string]string // channel → branch
 	DataDir     string
 	AdminToken  string // JOBPLANE_ADMIN_TOKEN
+	// SecretKey (JOBPLANE_SECRET_KEY) is the 32-byte key, hex or base64,
+	// that seals secrets and signing keys; without it the server keeps one
+	// in DataDir/secret.key.
+	SecretKey string
 	// PublicURL is how jobs and runners reach the server (JOBPLANE_API); it
 	// defaults to http://Listen.
 	PublicURL string

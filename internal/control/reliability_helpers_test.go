@@ -49,6 +49,7 @@ type fakeDefs struct{ spec Spec }
 func (d *fakeDefs) Resolve(context.Context, string, string) (Catalog, error) { return d, nil }
 func (d *fakeDefs) Commit() string                                           { return testCommit }
 func (d *fakeDefs) Branch() string                                           { return "main" }
+func (d *fakeDefs) Protected() bool                                          { return true }
 func (d *fakeDefs) Job(name string) (Spec, bool)                             { return d.spec, name == d.spec.Name }
 func (d *fakeDefs) ValidateParams(string, json.RawMessage) (json.RawMessage, error) {
 	return json.RawMessage(`{}`), nil

@@ -160,9 +160,20 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 }
 
 func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+	// A claimed attempt whose permission was revoked since the request ends
+	// its run denied; then the next eligible attempt is tried.
+	for {
+		asg, revoked, err := s.claimTx(ctx, call, requestID)
+		if err != nil || !revoked {
+			return asg, err
+		}
+	}
+}
+
+func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string) (asg *protocol.Assignment, revoked bool, err error) {
 	token := id.Secret(32)
-	var asg *protocol.Assignment
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		asg, revoked = nil, false
 		a, err := tx.AttemptClaim(ctx, &store.AttemptClaimParams{
 			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)),
@@ -178,12 +189,20 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 		if err != nil {
 			return err
 		}
+		ok, err := s.recheck(ctx, tx, r, a)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			revoked = true
+			return nil
+		}
 		if r.State == store.RunQueued {
 			r.State = store.RunRunning
 			r.UpdatedAt = *a.ClaimedAt
-			if err := tx.RunUpdate(ctx, r); err != nil {
-				return err
-			}
+		}
+		if err := tx.RunUpdate(ctx, r); err != nil {
+			return err
 		}
 		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt}); err != nil {
 			return err
@@ -195,15 +214,15 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, false, mapStoreErr(err)
 	}
 	if err := failpoint.Inject("claim.afterCommitBeforeReply"); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if asg != nil {
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
 	}
-	return asg, nil
+	return asg, revoked, nil
 }
 
 // reclaim answers a repeated claim request: while the lease it produced is
@@ -254,8 +273,21 @@ func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*pro
 	if env == nil {
 		env = map[string]string{}
 	}
+	var tok *protocol.RunToken
+	if s.creds != nil {
+		var grants map[string]string
+		if len(r.Grants) > 0 {
+			if err := json.Unmarshal(r.Grants, &grants); err != nil {
+				return nil, fmt.Errorf("decode grants of run %s: %w", r.ID, err)
+			}
+		}
+		if tok, err = s.creds.Mint(r, a, grants); err != nil {
+			return nil, err
+		}
+	}
 	return &protocol.Assignment{
-		RunID: r.ID, AttemptID: a.ID, AttemptNumber: a.Number,
+		RunToken: tok,
+		RunID:    r.ID, AttemptID: a.ID, AttemptNumber: a.Number,
 		Lease: protocol.Lease{
 			Token: token, ExpiresAt: a.LeaseExpiresAt.UTC(), Deadline: a.Deadline.UTC(),
 			TTLSeconds: int(a.LeaseTTL / time.Second),

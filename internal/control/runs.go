@@ -15,8 +15,9 @@ import (
 
 // RunView is a run with its attempts, as the API returns it.
 type RunView struct {
-	Run      *store.Run
-	Attempts []*store.Attempt
+	Run       *store.Run
+	Attempts  []*store.Attempt
+	Approvals []*store.Approval
 }
 
 // DeniedError is a denial together with the run kept for audit.
@@ -71,8 +72,21 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 		}
 		return nil, false, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
 	}
-	decision := cat.Decide(DecisionRequest{Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind})
-	decisionJSON, err := json.Marshal(decision)
+	ref := req.Ref
+	if ref == "" {
+		ref = cat.Branch()
+	}
+	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": ref, "commit": cat.Commit()})
+	now := s.clock.Now()
+	decision := cat.Decide(DecisionRequest{
+		Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind, Params: params,
+		Ref: Ref{Branch: ref, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now,
+	})
+	decisionJSON, err := json.Marshal(decisionRecord{Request: decision})
+	if err != nil {
+		return nil, false, err
+	}
+	grantsJSON, err := json.Marshal(grantsOrEmpty(decision.Grants))
 	if err != nil {
 		return nil, false, err
 	}
@@ -80,22 +94,20 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		return nil, false, err
 	}
-	ref := req.Ref
-	if ref == "" {
-		ref = cat.Branch()
-	}
-	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": ref, "commit": cat.Commit()})
-	now := s.clock.Now()
 	run := &store.Run{
 		ID: id.New(id.Run, now), Tenant: actor.TenantID, Job: req.Job, Channel: req.Channel, Ref: ref,
 		Commit: cat.Commit(), Params: params, Actor: actor.Name, Reason: req.Reason, Source: source,
-		IdempotencyKey: req.IdempotencyKey, Decision: decisionJSON, Grants: json.RawMessage(`{}`),
+		IdempotencyKey: req.IdempotencyKey, Decision: decisionJSON, Grants: grantsJSON,
 		LeaseKeys: json.RawMessage(`[]`), Spec: specJSON, MaxAttempts: max(spec.MaxAttempts, 1),
 	}
-	if decision.Allowed {
-		run.State = store.RunQueued
-	} else {
+	switch {
+	case !decision.Allowed:
 		run.State = store.RunDenied
+	case decision.Approval != nil:
+		run.State = store.RunPendingApproval
+		run.WaitingFor = fmt.Sprintf("approval: %d of %v", decision.Approval.Count, decision.Approval.Groups)
+	default:
+		run.State = store.RunQueued
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		t, err := tx.Now(ctx, s.clock.NowOrNil())
@@ -111,6 +123,9 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 		}
 		if !decision.Allowed {
 			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
+		}
+		if run.State == store.RunPendingApproval {
+			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor})
 		}
 		att := newAttempt(run, spec, 1, t, t)
 		if err := tx.AttemptCreate(ctx, att); err != nil {
@@ -163,9 +178,9 @@ func (s *Service) byIdempotencyKey(ctx context.Context, actor Actor, req *protoc
 		return nil, fmt.Errorf("idempotency key %q was used for run %s with another job, channel or parameters: %w", req.IdempotencyKey, r.ID, protocol.ErrIdempotencyConflict)
 	}
 	if r.State == store.RunDenied {
-		var d Decision
+		var d decisionRecord
 		_ = json.Unmarshal(r.Decision, &d)
-		return nil, &DeniedError{RunID: r.ID, Decision: d}
+		return nil, &DeniedError{RunID: r.ID, Decision: d.Request}
 	}
 	return s.view(ctx, s.store, r.ID)
 }
@@ -210,7 +225,25 @@ func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*Run
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
-	return &RunView{Run: r, Attempts: atts}, nil
+	apps, err := q.ApprovalListByRun(ctx, runID)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return &RunView{Run: r, Attempts: atts, Approvals: apps}, nil
+}
+
+// decisionRecord is what a run keeps of its authorization: the decision at
+// request time and, once dispatched, the one re-evaluated at claim.
+type decisionRecord struct {
+	Request  Decision  `json:"request"`
+	Dispatch *Decision `json:"dispatch,omitempty"`
+}
+
+func grantsOrEmpty(g map[string]string) map[string]string {
+	if g == nil {
+		return map[string]string{}
+	}
+	return g
 }
 
 // GetRun returns a run of the actor's tenant.
@@ -245,7 +278,11 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 		if err != nil {
 			return nil, "", mapStoreErr(err)
 		}
-		out = append(out, &RunView{Run: r, Attempts: atts})
+		apps, err := s.store.ApprovalListByRun(ctx, r.ID)
+		if err != nil {
+			return nil, "", mapStoreErr(err)
+		}
+		out = append(out, &RunView{Run: r, Attempts: atts, Approvals: apps})
 	}
 	return out, next, nil
 }

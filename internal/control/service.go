@@ -24,6 +24,8 @@ type Definitions interface {
 type Catalog interface {
 	Commit() string
 	Branch() string
+	// Protected reports whether the branch counts as protected in policies.
+	Protected() bool
 	// Job returns the pinned spec of a job; ok is false when there is no such job.
 	Job(name string) (spec Spec, ok bool)
 	// ValidateParams applies defaults and checks params against the job's
@@ -52,13 +54,40 @@ type DecisionRequest struct {
 	Channel   string
 	Actor     string
 	ActorKind string
+	Params    json.RawMessage
+	Ref       Ref
+	Source    json.RawMessage
+	Now       time.Time
+}
+
+// Ref is the branch and commit a request runs from.
+type Ref struct {
+	Branch    string `json:"branch"`
+	Protected bool   `json:"protected"`
+	Commit    string `json:"commit"`
 }
 
 // Decision is an authorization outcome with its explanation.
 type Decision struct {
-	Allowed     bool            `json:"allowed"`
-	Explanation string          `json:"explanation"`
-	Detail      json.RawMessage `json:"detail,omitempty"`
+	Allowed     bool   `json:"allowed"`
+	Rule        string `json:"rule,omitempty"`
+	Explanation string `json:"explanation"`
+	// Approval is the chosen rule's approval requirement, with the
+	// principals who may give it, expanded from its groups at the pinned
+	// commit.
+	Approval *ApprovalRequirement `json:"approval,omitempty"`
+	// Grants are the connector access levels of the chosen rule.
+	Grants map[string]string `json:"grants,omitempty"`
+	// Detail is the policy engine's full decision: every rule considered
+	// and why it matched or not.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// ApprovalRequirement is how many of which principals must approve a run.
+type ApprovalRequirement struct {
+	Count     int      `json:"count"`
+	Groups    []string `json:"groups"`
+	Approvers []string `json:"approvers"`
 }
 
 // Actor is the authenticated caller of the control API.
@@ -79,6 +108,10 @@ type Config struct {
 	APIURL string
 	// ReapBatch bounds one reaper pass.
 	ReapBatch int
+	// ApprovalTTL is how long a run may wait for approval (default 24 h).
+	ApprovalTTL time.Duration
+	// Credentials mints run tokens; without it assignments carry none.
+	Credentials *Credentials
 }
 
 // Service is the run service.
@@ -89,6 +122,8 @@ type Service struct {
 	log    *slog.Logger
 	apiURL string
 	batch  int
+	appTTL time.Duration
+	creds  *Credentials
 }
 
 // New returns a Service.
@@ -105,7 +140,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ReapBatch <= 0 {
 		cfg.ReapBatch = 100
 	}
-	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL, batch: cfg.ReapBatch}, nil
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = 24 * time.Hour
+	}
+	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

@@ -46,4 +46,6 @@ const (
 	CodeUnknownChannel           = "unknown_channel"
 	CodeCatalogUnavailable       = "catalog_unavailable"
 	CodeMethodNotAllowed         = "method_not_allowed"
+	CodeSelfApproval             = "self_approval"
+	CodeNotAnApprover            = "not_an_approver"
 )

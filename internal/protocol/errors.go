@@ -51,4 +51,6 @@ var (
 	ErrUnknownJob               = newErr(http.StatusNotFound, CodeUnknownJob, "Unknown job")
 	ErrUnknownChannel           = newErr(http.StatusNotFound, CodeUnknownChannel, "Unknown channel")
 	ErrCatalogUnavailable       = newErr(http.StatusServiceUnavailable, CodeCatalogUnavailable, "Catalog unavailable")
+	ErrSelfApproval             = newErr(http.StatusForbidden, CodeSelfApproval, "Self-approval")
+	ErrNotAnApprover            = newErr(http.StatusForbidden, CodeNotAnApprover, "Not an approver")
 )

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jobplane/jobplane/internal/catalog"
 	"github.com/jobplane/jobplane/internal/control"
@@ -47,6 +48,9 @@ type pinned struct {
 func (p *pinned) Commit() string { return p.snap.Commit }
 func (p *pinned) Branch() string { return p.snap.Branch }
 
+// Protected: until protected branches are configurable, main is the one.
+func (p *pinned) Protected() bool { return p.snap.Branch == "main" }
+
 func (p *pinned) Job(name string) (control.Spec, bool) {
 	j, ok := p.snap.Catalog.Job(name)
 	if !ok {
@@ -78,7 +82,35 @@ func (p *pinned) ValidateParams(job string, params json.RawMessage) (json.RawMes
 }
 
 func (p *pinned) Decide(req control.DecisionRequest) control.Decision {
-	d := p.snap.Catalog.Decide(catalog.Request{Job: req.Job, Channel: req.Channel, Actor: req.Actor, ActorKind: req.ActorKind})
+	in := catalog.Request{
+		Job: req.Job, Channel: req.Channel, Actor: req.Actor, ActorKind: req.ActorKind,
+		Ref: catalog.Ref{Branch: req.Ref.Branch, Protected: req.Ref.Protected, Commit: req.Ref.Commit},
+		Now: req.Now,
+	}
+	// Params and source arrive as JSON objects; a value that is not one is
+	// left out rather than guessed at (conditions over it then fail closed).
+	_ = json.Unmarshal(req.Params, &in.Params)
+	_ = json.Unmarshal(req.Source, &in.Source)
+	d := p.snap.Catalog.Decide(in)
 	detail, _ := json.Marshal(d)
-	return control.Decision{Allowed: d.Allowed, Explanation: d.Explanation, Detail: detail}
+	out := control.Decision{Allowed: d.Allowed, Rule: d.Rule, Explanation: d.Explanation, Grants: d.Grants, Detail: detail}
+	if d.NeedsApproval != nil {
+		out.Approval = &control.ApprovalRequirement{
+			Count: d.NeedsApproval.Count, Groups: d.NeedsApproval.Groups,
+			Approvers: p.members(d.NeedsApproval.Groups),
+		}
+	}
+	return out
+}
+
+// members expands groups to the sorted, distinct names of their members.
+func (p *pinned) members(groups []string) []string {
+	var out []string
+	for _, g := range groups {
+		if grp, ok := p.snap.Catalog.Group(g); ok {
+			out = append(out, grp.Members...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

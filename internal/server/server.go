@@ -17,6 +17,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
@@ -86,7 +87,23 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, fmt.Errorf("open definitions: %w", err)
 	}
-	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger, APIURL: cfg.PublicURL})
+	key, err := creds.LoadOrCreateServerKey(cfg.DataDir, cfg.SecretKey)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("server key: %w", err)
+	}
+	box, err := creds.NewBox(key)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("server key: %w", err)
+	}
+	tokens, err := control.NewCredentials(ctx, st, box, opts.Clock, cfg.PublicURL)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
+		APIURL: cfg.PublicURL, Credentials: tokens})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -103,10 +120,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	h := api.New(api.Config{
-		Control: svc,
-		Auth:    &authn.Authenticator{Store: st, Clock: opts.Clock},
-		Logger:  opts.Logger,
-		Ready:   st.Ping,
+		Control:   svc,
+		Auth:      &authn.Authenticator{Store: st, Clock: opts.Clock},
+		Logger:    opts.Logger,
+		Ready:     st.Ping,
+		PublicURL: cfg.PublicURL,
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
@@ -119,6 +137,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.Reap(ctx)
 		return err
 	})
+	s.loop(bg, "approval expiry", 10*time.Second, func(ctx context.Context) error {
+		_, err := svc.ExpireApprovals(ctx)
+		return err
+	})
+	s.loop(bg, "signing key reload", 30*time.Second, tokens.Reload)
 	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
 		_, err := svc.PurgeNonces(ctx)
 		return err

@@ -1,0 +1,104 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// recheck evaluates a claimed run's authorization again against the
+// channel's current definitions, so that a permission revoked after the
+// request stops the run before it starts. The run keeps both decisions. On
+// refusal the attempt ends cancelled and the run denied, and recheck reports
+// false. The grants of a run that may go on are narrowed to what both
+// decisions grant: a policy change can take access away at dispatch, never
+// add it.
+func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) (bool, error) {
+	if s.defs == nil {
+		return true, nil
+	}
+	var rec decisionRecord
+	if err := json.Unmarshal(r.Decision, &rec); err != nil {
+		return false, fmt.Errorf("decode decision of run %s: %w", r.ID, err)
+	}
+	now := *a.ClaimedAt
+	var dispatch Decision
+	cat, err := s.defs.Resolve(ctx, r.Channel, "")
+	if err != nil {
+		// Fail closed: with no definitions in force nothing is authorized.
+		dispatch = Decision{Explanation: "denied at dispatch: the channel's definitions are unavailable: " + err.Error()}
+	} else {
+		kind := "user"
+		if p, err := tx.PrincipalGetByName(ctx, r.Tenant, r.Actor); err == nil {
+			kind = p.Kind
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return false, err
+		}
+		dispatch = cat.Decide(DecisionRequest{
+			Job: r.Job, Channel: r.Channel, Actor: r.Actor, ActorKind: kind, Params: r.Params,
+			Ref: Ref{Branch: r.Ref, Protected: cat.Protected(), Commit: r.Commit}, Source: r.Source, Now: now,
+		})
+		if dispatch.Allowed && dispatch.Approval != nil {
+			apps, err := tx.ApprovalListByRun(ctx, r.ID)
+			if err != nil {
+				return false, err
+			}
+			n := 0
+			for _, ap := range apps {
+				if ap.Verdict == VerdictApproved && ap.Approver != r.Actor && slices.Contains(dispatch.Approval.Approvers, ap.Approver) {
+					n++
+				}
+			}
+			if n < dispatch.Approval.Count {
+				dispatch.Allowed = false
+				dispatch.Explanation = fmt.Sprintf("denied at dispatch: the policy now requires %d approval(s) from %v and the run has %d",
+					dispatch.Approval.Count, dispatch.Approval.Groups, n)
+			}
+		}
+	}
+	rec.Dispatch = &dispatch
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	r.Decision = raw
+	if dispatch.Allowed {
+		g := narrowGrants(rec.Request.Grants, dispatch.Grants)
+		if r.Grants, err = json.Marshal(g); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	a.State = store.AttemptCancelled
+	a.EndedAt = &now
+	if err := tx.AttemptUpdate(ctx, a); err != nil {
+		return false, err
+	}
+	finish(r, store.RunDenied, now)
+	if err := tx.RunUpdate(ctx, r); err != nil {
+		return false, err
+	}
+	s.log.InfoContext(ctx, "control: run denied at dispatch", "run_id", r.ID, "attempt_id", a.ID, "explanation", dispatch.Explanation)
+	return false, s.audit(ctx, tx, r.Tenant, "system:dispatch", "run.denied", r.ID, map[string]any{
+		"attempt": a.ID, "stage": "dispatch", "request_decision": rec.Request.Explanation, "dispatch_decision": dispatch.Explanation,
+	})
+}
+
+// narrowGrants keeps each connector at the lower of the two levels. A
+// connector the job declares is readable without a grant, so "read" is the
+// floor, and only "write" needs both decisions.
+func narrowGrants(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, la := range a {
+		if la == "write" && b[k] == "write" {
+			out[k] = "write"
+		} else {
+			out[k] = "read"
+		}
+	}
+	return out
+}
