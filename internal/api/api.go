@@ -51,6 +51,9 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /.well-known/jwks.json", h.jwks)
 	m.HandleFunc("GET /.well-known/openid-configuration", h.discovery)
 	m.HandleFunc("GET /v1/run", h.job(h.runIdentity))
+	m.HandleFunc("GET /v1/run/connectors", h.job(h.runConnectors))
+	m.HandleFunc("PUT /v1/secrets/{name}", h.user(h.setSecret))
+	m.HandleFunc("GET /v1/audit", h.user(h.listAudit))
 	m.HandleFunc("POST /v1/admin/signing-keys/rotate", h.user(h.rotateSigningKeys))
 
 	m.HandleFunc("POST /v1/runner/register", h.register)

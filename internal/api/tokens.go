@@ -55,3 +55,53 @@ func (h *Handler) rotateSigningKeys(w http.ResponseWriter, r *http.Request, acto
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"kid": kid})
 }
+
+func (h *Handler) runConnectors(w http.ResponseWriter, r *http.Request, c *control.RunCaller) {
+	out, err := h.svc.IssueConnectors(r.Context(), c)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	var req struct {
+		Value string `json:"value"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	if err := h.svc.SetSecret(r.Context(), actor, r.PathValue("name"), r.URL.Query().Get("channel"), req.Value); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	after, err := queryInt(r, "after")
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	limit, err := queryInt(r, "limit")
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	events, err := h.svc.ListAudit(r.Context(), actor, after, int(limit))
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	out := protocol.AuditList{Events: []protocol.AuditEvent{}}
+	for _, e := range events {
+		out.Events = append(out.Events, protocol.AuditEvent{Seq: e.Seq, At: e.At.UTC(), Actor: e.Actor, Action: e.Action,
+			Subject: e.Subject, Details: e.Details})
+		out.Next = e.Seq
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -195,3 +195,46 @@ func (c *Client) RevokeToken(ctx context.Context, tokenID string) error {
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, nil, nil, nil, "healthz")
 }
+
+// RunConnectors fetches the connector credentials of the running job whose
+// run token is c.Token.
+func (c *Client) RunConnectors(ctx context.Context) (*protocol.RunConnectors, error) {
+	var out protocol.RunConnectors
+	if err := c.do(ctx, http.MethodGet, nil, nil, &out, "v1", "run", "connectors"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetSecret stores a secret value (admin); channel "" applies to every channel.
+func (c *Client) SetSecret(ctx context.Context, name, channel, value string) error {
+	var q url.Values
+	if channel != "" {
+		q = url.Values{"channel": {channel}}
+	}
+	return c.do(ctx, http.MethodPut, q, map[string]string{"value": value}, nil, "v1", "secrets", name)
+}
+
+// RotateSigningKeys makes a new run-token signing key (admin).
+func (c *Client) RotateSigningKeys(ctx context.Context) (string, error) {
+	var out struct {
+		KID string `json:"kid"`
+	}
+	if err := c.do(ctx, http.MethodPost, nil, nil, &out, "v1", "admin", "signing-keys", "rotate"); err != nil {
+		return "", err
+	}
+	return out.KID, nil
+}
+
+// Audit reads audit events after a sequence number (admin).
+func (c *Client) Audit(ctx context.Context, after int64, limit int) (*protocol.AuditList, error) {
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out protocol.AuditList
+	if err := c.do(ctx, http.MethodGet, q, nil, &out, "v1", "audit"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/policy"
 )
 
@@ -18,6 +19,8 @@ const (
 	GroupsFile  = "groups.yaml"
 	JobsDir     = "jobs/"
 	PoliciesDir = "policies/"
+	// ConnectorsDir holds connectors/<name>.yaml.
+	ConnectorsDir = "connectors/"
 )
 
 var jobNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -30,6 +33,8 @@ type Catalog struct {
 	rules    []*Rule
 	memberOf map[string][]string // actor → sorted group names
 	policy   *policy.Policy      // rules compiled once, at Parse
+	// connectors are connectors/<name>.yaml, by name.
+	connectors map[string]*connector.Definition
 }
 
 // Group is a named set of principals, with free-form attributes for policy
@@ -42,7 +47,7 @@ func IsDefinitionFile(path string) bool {
 	if path == GroupsFile {
 		return true
 	}
-	for _, dir := range []string{JobsDir, PoliciesDir} {
+	for _, dir := range []string{JobsDir, PoliciesDir, ConnectorsDir} {
 		if rest, ok := strings.CutPrefix(path, dir); ok {
 			return strings.HasSuffix(rest, ".yaml") && !strings.Contains(rest, "/") && rest != ".yaml"
 		}
@@ -56,7 +61,8 @@ func IsDefinitionFile(path string) bool {
 // and position, and a nil catalog when there is any.
 func Parse(files map[string][]byte) (*Catalog, []Error) {
 	p := &parse{
-		cat:  &Catalog{jobs: map[string]*Job{}, groups: map[string]*Group{}, memberOf: map[string][]string{}},
+		cat: &Catalog{jobs: map[string]*Job{}, groups: map[string]*Group{}, memberOf: map[string][]string{},
+			connectors: map[string]*connector.Definition{}},
 		refs: map[string][]groupRef{},
 	}
 	for _, path := range slices.Sorted(maps.Keys(files)) {
@@ -89,6 +95,14 @@ func Parse(files map[string][]byte) (*Catalog, []Error) {
 	return p.cat, nil
 }
 
+// connRef is a job's use of a connector name.
+type connRef struct {
+	name         string
+	file         string
+	line, column int
+	field        string
+}
+
 // groupRef is a use of a group name, checked once groups.yaml has been read
 // whatever the file order.
 type groupRef struct {
@@ -98,9 +112,10 @@ type groupRef struct {
 }
 
 type parse struct {
-	cat  *Catalog
-	errs []Error
-	refs map[string][]groupRef
+	cat      *Catalog
+	connRefs []connRef
+	errs     []Error
+	refs     map[string][]groupRef
 	// ruleIDs are unique across files, so they can name a decision.
 	ruleIDs map[string]*Rule
 	// compiled holds the rules that compiled, in file then position order.
@@ -126,6 +141,14 @@ func (p *parse) file(path string, data []byte) {
 		if body != nil {
 			p.parsePolicy(d, body)
 		}
+	case strings.HasPrefix(path, ConnectorsDir):
+		def, errs := connector.Parse(path, data)
+		for _, e := range errs {
+			p.errs = append(p.errs, Error{File: e.File, Line: e.Line, Column: e.Column, Field: e.Field, Message: e.Message})
+		}
+		if def != nil {
+			p.cat.connectors[def.Name] = def
+		}
 	}
 	p.errs = append(p.errs, d.errs...)
 }
@@ -136,6 +159,12 @@ func (p *parse) ref(d *decoder, group string, n ast.Node, field string) {
 }
 
 func (p *parse) checkRefs() {
+	for _, r := range p.connRefs {
+		if _, ok := p.cat.connectors[r.name]; !ok {
+			p.errs = append(p.errs, Error{File: r.file, Line: r.line, Column: r.column, Field: r.field,
+				Message: fmt.Sprintf("unknown connector %q (connectors are defined in %s%s.yaml)", r.name, ConnectorsDir, r.name)})
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(p.refs)) {
 		if _, ok := p.cat.groups[name]; ok {
 			continue
@@ -145,6 +174,15 @@ func (p *parse) checkRefs() {
 				Message: fmt.Sprintf("unknown group %q (groups are defined in %s)", name, GroupsFile)})
 		}
 	}
+}
+
+// Connector returns the connector with this name.
+func (c *Catalog) Connector(name string) (*connector.Definition, bool) {
+	if c == nil {
+		return nil, false
+	}
+	d, ok := c.connectors[name]
+	return d, ok
 }
 
 // Job returns the job with this name.

@@ -92,6 +92,7 @@ func TestParseErrors(t *testing.T) {
 			}},
 		{"connectors and artifacts", files("jobs/hello.yaml", minimalJob+"connectors: {db: admin}\nartifacts:\n  - {name: a.txt}\n  - {name: a.txt, max_bytes: 0}\n  - {role: x}\n"),
 			[]want{
+				{"jobs/hello.yaml", 4, 14, "connectors.db", `unknown connector "db"`},
 				{"jobs/hello.yaml", 4, 18, "connectors.db", "read or write"},
 				{"jobs/hello.yaml", 7, 12, "artifacts[1].name", "duplicate artifact name"},
 				{"jobs/hello.yaml", 7, 30, "artifacts[1].max_bytes", "greater than 0"},
@@ -275,6 +276,12 @@ artifacts:
 schedule: {cron: "0 2 * * *", tz: UTC, channel: prod, params: {account: "0"}}
 `
 
+const warehouseConnector = `name: warehouse
+type: postgres
+bindings:
+  prod: {secret: warehouse-prod-admin-dsn, read_role: warehouse_read, write_role: warehouse_write}
+`
+
 const fullGroups = `groups:
   payments-operators:
     members: [alice, bob]
@@ -286,7 +293,7 @@ const fullGroups = `groups:
 func TestParseFullJob(t *testing.T) {
 	t.Parallel()
 
-	c := mustParse(t, files("jobs/backfill-account.yaml", fullJob, "groups.yaml", fullGroups))
+	c := mustParse(t, files("jobs/backfill-account.yaml", fullJob, "groups.yaml", fullGroups, "connectors/warehouse.yaml", warehouseConnector))
 	j, _ := c.Job("backfill-account")
 	require.Equal(t, 90*time.Minute, j.Run.Timeout)
 	require.Equal(t, 45*time.Second, j.Run.LeaseTTL)
@@ -326,7 +333,7 @@ func TestJobsSorted(t *testing.T) {
 func TestValidateParams(t *testing.T) {
 	t.Parallel()
 
-	c := mustParse(t, files("jobs/backfill-account.yaml", fullJob, "groups.yaml", fullGroups, "jobs/plain.yaml", "name: plain\nrun: {command: [x]}\n"))
+	c := mustParse(t, files("jobs/backfill-account.yaml", fullJob, "groups.yaml", fullGroups, "jobs/plain.yaml", "name: plain\nrun: {command: [x]}\n", "connectors/warehouse.yaml", warehouseConnector))
 	full, _ := c.Job("backfill-account")
 	plain, _ := c.Job("plain")
 

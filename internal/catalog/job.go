@@ -168,6 +168,8 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 					d.add(e.value, ff, "must be read or write, got %q", s)
 				}
 				j.Connectors[e.key] = s
+				line, col := position(e.keyNode)
+				p.connRefs = append(p.connRefs, connRef{name: e.key, file: d.file, line: line, column: col, field: ff})
 			}
 		},
 		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },

@@ -21,6 +21,7 @@ import (
 // Globals are what every command receives.
 type Globals struct {
 	Ctx    context.Context
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
 }
@@ -53,6 +54,8 @@ type cliRoot struct {
 	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
 	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
+	Secrets    SecretsCmd    `cmd:"" help:"Manage secrets (admin)."`
+	Admin      AdminCmd      `cmd:"" help:"Administrative verbs."`
 	Bench      BenchCmd      `cmd:"" help:"Measure request and claim+result throughput of no-op runs."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
 }
@@ -75,7 +78,7 @@ type ExitError struct{ Code int }
 func (e *ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 
 // Main runs the command line and returns the exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var root cliRoot
 	exit := -1
 	parser, err := kong.New(&root,
@@ -104,7 +107,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "jobplane:", err)
 			return 2
 		}
-		err = kctx.Run(&Globals{Ctx: ctx, Stdout: stdout, Stderr: stderr})
+		err = kctx.Run(&Globals{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 		var ee *ExitError
 		if errors.As(err, &ee) {
 			return ee.Code

@@ -37,7 +37,7 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	code = Main(ctx, args, &out, &errb)
+	code = Main(ctx, args, strings.NewReader(stdinFor(args)), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -50,7 +50,9 @@ func TestDevQuickStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var devOut, devErr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, &devOut, &devErr) }()
+	go func() {
+		done <- Main(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &devOut, &devErr)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -164,4 +166,12 @@ func TestUsageErrors(t *testing.T) {
 	code, _, errOut = run(t, "frobnicate")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "unexpected argument")
+}
+
+// stdinFor feeds "secrets set" a value; other commands read nothing.
+func stdinFor(args []string) string {
+	if len(args) > 1 && args[0] == "secrets" {
+		return "s3cret-value\n"
+	}
+	return ""
 }

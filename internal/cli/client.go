@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -522,5 +523,67 @@ func (c *TokensRevokeCmd) Run(g *Globals) error {
 		return err
 	}
 	fmt.Fprintf(g.Stdout, "token %s revoked\n", c.ID)
+	return nil
+}
+
+// SecretsCmd manages secrets.
+type SecretsCmd struct {
+	Set SecretsSetCmd `cmd:"" help:"Set a secret; the value is read from standard input."`
+}
+
+// SecretsSetCmd sets a secret from stdin.
+type SecretsSetCmd struct {
+	ClientFlags
+	Name    string `arg:"" help:"Secret name, as connectors/*.yaml refer to it."`
+	Channel string `help:"Only for this channel (default: every channel)."`
+}
+
+// Run reads the value from stdin and stores it. One trailing newline is
+// dropped, so that "echo value | jobplane secrets set" stores "value".
+func (c *SecretsSetCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(io.LimitReader(g.Stdin, 1<<20))
+	if err != nil {
+		return err
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return errors.New("no value on standard input")
+	}
+	if err := cl.SetSecret(g.Ctx, c.Name, c.Channel, v); err != nil {
+		return err
+	}
+	scope := "every channel"
+	if c.Channel != "" {
+		scope = "channel " + c.Channel
+	}
+	fmt.Fprintf(g.Stdout, "secret %s set for %s\n", c.Name, scope)
+	return nil
+}
+
+// AdminCmd groups administrative verbs.
+type AdminCmd struct {
+	RotateKeys AdminRotateKeysCmd `cmd:"" name:"rotate-keys" help:"Rotate the run-token signing key; old keys stay published until their tokens expire."`
+}
+
+// AdminRotateKeysCmd rotates the signing key.
+type AdminRotateKeysCmd struct {
+	ClientFlags
+}
+
+// Run rotates.
+func (c *AdminRotateKeysCmd) Run(g *Globals) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	kid, err := cl.RotateSigningKeys(g.Ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Stdout, "new signing key %s\n", kid)
 	return nil
 }

@@ -288,3 +288,15 @@ func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) 
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "token.revoked", tokenID, nil)
 	}))
 }
+
+// ListAudit reads the tenant's audit events after a sequence number (admin).
+func (s *Service) ListAudit(ctx context.Context, actor Actor, after int64, limit int) ([]*store.AuditEvent, error) {
+	if err := requireAdmin(actor); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	ev, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, Limit: limit})
+	return ev, mapStoreErr(err)
+}

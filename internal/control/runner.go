@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -296,9 +297,10 @@ func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*pro
 			Name: r.Job, Channel: r.Channel, Commit: r.Commit, Command: spec.Command, Env: env,
 			TimeoutSeconds: int(a.Timeout / time.Second),
 		},
-		Params:    r.Params,
-		Leases:    []protocol.FencedKey{},
-		Artifacts: []protocol.ArtifactSpec{},
+		Params:     r.Params,
+		Connectors: slices.Sorted(maps.Keys(spec.Connectors)),
+		Leases:     []protocol.FencedKey{},
+		Artifacts:  []protocol.ArtifactSpec{},
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -112,6 +113,8 @@ type Config struct {
 	ApprovalTTL time.Duration
 	// Credentials mints run tokens; without it assignments carry none.
 	Credentials *Credentials
+	// Broker issues and revokes connector credentials.
+	Broker *connector.Broker
 }
 
 // Service is the run service.
@@ -124,6 +127,7 @@ type Service struct {
 	batch  int
 	appTTL time.Duration
 	creds  *Credentials
+	broker *connector.Broker
 }
 
 // New returns a Service.
@@ -144,7 +148,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

@@ -3,6 +3,8 @@ package control
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/connector"
 )
 
 // Spec is the part of a job definition a run executes, pinned on the run at
@@ -18,6 +20,15 @@ type Spec struct {
 	Labels      []string          `json:"labels"`
 	MaxAttempts int               `json:"max_attempts"`
 	Backoff     Duration          `json:"backoff"`
+	// Connectors the job declares, with the level it asks for and the
+	// connector's definition at the pinned commit.
+	Connectors map[string]SpecConnector `json:"connectors,omitempty"`
+}
+
+// SpecConnector is one connector a job declares.
+type SpecConnector struct {
+	Declared string                `json:"declared"` // read | write
+	Def      *connector.Definition `json:"definition"`
 }
 
 // Duration is a time.Duration that encodes as a Go duration string.

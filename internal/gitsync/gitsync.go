@@ -301,7 +301,7 @@ func readDefinitions(commit *object.Commit) (map[string][]byte, []catalog.Error,
 			return nil, nil, err
 		}
 	}
-	for _, dir := range []string{strings.TrimSuffix(catalog.JobsDir, "/"), strings.TrimSuffix(catalog.PoliciesDir, "/")} {
+	for _, dir := range []string{strings.TrimSuffix(catalog.JobsDir, "/"), strings.TrimSuffix(catalog.PoliciesDir, "/"), strings.TrimSuffix(catalog.ConnectorsDir, "/")} {
 		sub, err := tree.Tree(dir)
 		if errors.Is(err, object.ErrDirectoryNotFound) {
 			continue

@@ -55,6 +55,16 @@ type Assignment struct {
 	Leases        []FencedKey       `json:"leases"`
 	Artifacts     []ArtifactSpec    `json:"artifacts"`
 	Source        *SourceDescriptor `json:"source,omitempty"`
+	// Connectors names the connectors the job declares; the job fetches
+	// their credentials with its run token from GET /v1/run/connectors.
+	Connectors []string `json:"connectors,omitempty"`
+}
+
+// RunConnectors answers GET /v1/run/connectors: the environment to add to
+// the job's process, and the values to mask in its output.
+type RunConnectors struct {
+	Env  map[string]string `json:"env"`
+	Mask []string          `json:"mask"`
 }
 
 // Lease is an attempt lease as handed to its runner.
@@ -286,4 +296,20 @@ type LogList struct {
 // CommentRequest is the body of approve, reject and cancel.
 type CommentRequest struct {
 	Comment string `json:"comment,omitempty"`
+}
+
+// AuditEvent is one audited mutation.
+type AuditEvent struct {
+	Seq     int64           `json:"seq"`
+	At      time.Time       `json:"at"`
+	Actor   string          `json:"actor"`
+	Action  string          `json:"action"`
+	Subject string          `json:"subject"`
+	Details json.RawMessage `json:"details"`
+}
+
+// AuditList answers GET /v1/audit.
+type AuditList struct {
+	Events []AuditEvent `json:"events"`
+	Next   int64        `json:"next"`
 }

@@ -60,8 +60,17 @@ func (p *pinned) Job(name string) (control.Spec, bool) {
 	if labels == nil {
 		labels = []string{}
 	}
+	var conns map[string]control.SpecConnector
+	for name, level := range j.Connectors {
+		def, _ := p.snap.Catalog.Connector(name) // references are checked at parse
+		if conns == nil {
+			conns = map[string]control.SpecConnector{}
+		}
+		conns[name] = control.SpecConnector{Declared: level, Def: def}
+	}
 	return control.Spec{
-		Name: j.Name, Command: j.Run.Command, Env: j.Run.Env,
+		Connectors: conns,
+		Name:       j.Name, Command: j.Run.Command, Env: j.Run.Env,
 		Timeout: control.Duration(j.Run.Timeout), LeaseTTL: control.Duration(j.Run.LeaseTTL),
 		Pool: j.RunsOn.Pool, Labels: labels,
 		MaxAttempts: j.Retries.MaxAttempts, Backoff: control.Duration(j.Retries.Backoff),

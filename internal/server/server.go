@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/store"
@@ -103,7 +104,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return nil, err
 	}
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box)})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -142,6 +143,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return err
 	})
 	s.loop(bg, "signing key reload", 30*time.Second, tokens.Reload)
+	s.loop(bg, "credential revocation", 2*time.Second, func(ctx context.Context) error {
+		_, err := svc.RevokeCredentials(ctx)
+		return err
+	})
 	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
 		_, err := svc.PurgeNonces(ctx)
 		return err

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -51,6 +53,9 @@ type attempt struct {
 	reason     string    // first stop reason
 	relinquish bool      // give the attempt back instead of a result
 	proc       *process
+	// masker hides the credentials the job holds; atomic because lines are
+	// emitted with and without mu held.
+	masker atomic.Pointer[creds.Masker]
 }
 
 // leaseGone reports whether an answer means this runner no longer holds the
@@ -167,7 +172,16 @@ func (a *attempt) trusted() bool {
 }
 
 // system records a line of the worker's own in the attempt's log.
-func (a *attempt) system(text string) { a.logs.add("system", text) }
+func (a *attempt) system(text string) { a.emit("system", text) }
+
+// emit ships a line with every credential the job holds replaced by ***,
+// before it leaves the machine.
+func (a *attempt) emit(stream, text string) {
+	if m := a.masker.Load(); m != nil {
+		text = m.Mask(text)
+	}
+	a.logs.add(stream, text)
+}
 
 // stop stops the job for reason: SIGTERM then SIGKILL within the trust
 // window, or SIGKILL at once when hard. Only the first reason is recorded.
@@ -387,8 +401,8 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 	}
 
 	var readers sync.WaitGroup
-	readers.Go(func() { readLines(outR, func(s string) { a.logs.add("stdout", s) }) })
-	readers.Go(func() { readLines(errR, func(s string) { a.logs.add("stderr", s) }) })
+	readers.Go(func() { readLines(outR, func(s string) { a.emit("stdout", s) }) })
+	readers.Go(func() { readLines(errR, func(s string) { a.emit("stderr", s) }) })
 	werr := p.wait()
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
@@ -429,7 +443,35 @@ func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]stri
 	if err := writeParamsFile(paramsFile, a.asg.Params); err != nil {
 		return nil, err
 	}
-	return jobEnv(os.Getenv, a.w.cfg.Server, a.asg, paramsFile, artifacts)
+	env, err := jobEnv(os.Getenv, a.w.cfg.Server, a.asg, paramsFile, artifacts)
+	if err != nil {
+		return nil, err
+	}
+	mask := []string{}
+	if a.asg.RunToken != nil {
+		mask = append(mask, a.asg.RunToken.Token)
+	}
+	if len(a.asg.Connectors) > 0 {
+		if a.asg.RunToken == nil {
+			return nil, fmt.Errorf("the job declares connectors %v but the assignment carries no run token", a.asg.Connectors)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rc := &apiclient.Client{BaseURL: a.w.cfg.Server, Token: a.asg.RunToken.Token, HTTP: a.w.cfg.HTTP}
+		conns, err := rc.RunConnectors(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("fetch connector credentials: %w", err)
+		}
+		for k, v := range conns.Env {
+			if !strings.HasPrefix(k, "JOBPLANE_CONNECTOR_") {
+				return nil, fmt.Errorf("the server sent connector variable %q outside JOBPLANE_CONNECTOR_", k)
+			}
+			env = append(env, k+"="+v)
+		}
+		mask = append(mask, conns.Mask...)
+	}
+	a.masker.Store(creds.NewMasker(mask...))
+	return env, nil
 }
 
 // exitStatus describes how the process ended.
