@@ -79,11 +79,11 @@ func TestDecideTrace(t *testing.T) {
 	require.False(t, got.Allowed)
 	require.Equal(t, "denied: no rule allows bob to run job backfill-account in channel prod", got.Explanation)
 	require.Equal(t, []RuleTrace{
-		{ID: "anyone-hello", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "job backfill-account not in [hello]"},
-		{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Reason: "channel prod not in [staging]"},
+		{ID: "anyone-hello", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "job not in [hello]"},
+		{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Reason: "channel not in [staging]"},
 		{ID: "contractors-everything", File: "policies/b.yaml", Line: 2, Effect: "allow", Reason: "actor bob is not in groups [contractors] or users []"},
 		{ID: "no-prod-contractors", File: "policies/b.yaml", Line: 5, Effect: "deny", Reason: "actor bob is not in groups [contractors] or users []"},
-		{ID: "carol-report", File: "policies/b.yaml", Line: 10, Effect: "allow", Reason: "job backfill-account not in [report]"},
+		{ID: "carol-report", File: "policies/b.yaml", Line: 10, Effect: "allow", Reason: "job not in [report]"},
 	}, got.Rules)
 
 	got = c.Decide(Request{Job: "backfill-x", Channel: "staging", Actor: "bob"})

@@ -48,9 +48,12 @@ type CompiledRule struct {
 	anyUser  bool
 	jobsList string // "[a, b]", precomputed for traces
 	chanList string
-	grpList  string
-	usrList  string
-	writes   int // number of write grants, for the choice among allows
+	// noJobReason and noChanReason are the precomputed reasons of the two
+	// most common misses.
+	noJobReason, noChanReason string
+	grpList                   string
+	usrList                   string
+	writes                    int // number of write grants, for the choice among allows
 }
 
 // Rule returns the rule as written.
@@ -122,6 +125,10 @@ func CompileRule(r Rule) (*CompiledRule, []Problem) {
 		return nil, probs
 	}
 	c.jobsList, c.chanList = list(r.Jobs), list(r.Channels)
+	// Most rules of a large policy do not name the requested job: their
+	// reason is fixed per rule, so a decision allocates nothing for them.
+	c.noJobReason = "job not in " + c.jobsList
+	c.noChanReason = "channel not in " + c.chanList
 	c.grpList, c.usrList = list(r.Groups), list(r.Users)
 	return c, nil
 }
@@ -219,7 +226,7 @@ func (p *Policy) Decide(req Request) Decision {
 	// This is safe because bytes already appended are never written again:
 	// when append grows buf, the old array is left as it was, still
 	// referenced by the earlier reasons.
-	buf := make([]byte, 0, 40*len(p.rules))
+	buf := make([]byte, 0, 512)
 	var act *activation
 	firstDeny, chosen, closest := -1, -1, -1
 	start := 0
@@ -244,9 +251,18 @@ func (p *Policy) Decide(req Request) Decision {
 		if o == matched && c.hours != nil && !c.hours.contains(req.Now) {
 			o = outsideHours
 		}
-		buf = c.explain(buf, o, err, &req)
-		reason := buf[start:]
-		start = len(buf)
+		var reasonStr string
+		switch o {
+		case noJob:
+			reasonStr = c.noJobReason
+		case noChannel:
+			reasonStr = c.noChanReason
+		default:
+			buf = c.explain(buf, o, err, &req)
+			reason := buf[start:]
+			start = len(buf)
+			reasonStr = unsafe.String(unsafe.SliceData(reason), len(reason))
+		}
 		// A deny rule whose condition cannot be evaluated denies: an error
 		// must never be what lets a request through (fail closed).
 		denyOnError := o == whenError && r.Effect == EffectDeny
@@ -254,7 +270,7 @@ func (p *Policy) Decide(req Request) Decision {
 			o = matched
 		}
 		trace[i] = RuleTrace{ID: r.ID, File: r.File, Line: r.Line, Effect: r.Effect, Matched: o == matched,
-			Reason: unsafe.String(unsafe.SliceData(reason), len(reason))}
+			Reason: reasonStr}
 		switch {
 		case o != matched:
 			if o >= whenFalse && r.Effect == EffectAllow && closest < 0 {
@@ -356,16 +372,6 @@ func (c *CompiledRule) match(req *Request, actorGroups []string, buf []byte) (ou
 func (c *CompiledRule) explain(buf []byte, o outcome, err error, req *Request) []byte {
 	r := &c.rule
 	switch o {
-	case noJob:
-		buf = append(buf, "job "...)
-		buf = append(buf, req.Job...)
-		buf = append(buf, " not in "...)
-		return append(buf, c.jobsList...)
-	case noChannel:
-		buf = append(buf, "channel "...)
-		buf = append(buf, req.Channel...)
-		buf = append(buf, " not in "...)
-		return append(buf, c.chanList...)
 	case noActor:
 		buf = append(buf, "actor "...)
 		buf = append(buf, actorName(req.Actor)...)

@@ -308,8 +308,8 @@ func TestTrace(t *testing.T) {
 	require.Equal(t, map[string]string{"warehouse": "write"}, got.Grants)
 	require.Equal(t, "allowed: rule e (policies/a.yaml:5) allows bob to run job backfill in channel prod, once approved by 1 of [payments-leads], granting warehouse=write", got.Explanation)
 	require.Equal(t, []RuleTrace{
-		{ID: "a", File: "policies/a.yaml", Line: 1, Effect: "allow", Reason: "job backfill not in [hello]"},
-		{ID: "b", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "channel prod not in [staging]"},
+		{ID: "a", File: "policies/a.yaml", Line: 1, Effect: "allow", Reason: "job not in [hello]"},
+		{ID: "b", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "channel not in [staging]"},
 		{ID: "c", File: "policies/a.yaml", Line: 3, Effect: "allow", Reason: "actor bob is not in groups [contractors] or users [dave]"},
 		{ID: "d", File: "policies/a.yaml", Line: 4, Effect: "allow", Reason: "actor bob is in group payments-operators; when `request.ref.protected` is false"},
 		{ID: "e", File: "policies/a.yaml", Line: 5, Effect: "allow", Matched: true, Reason: "actor bob is listed in users"},
