@@ -21,6 +21,8 @@ const (
 	PoliciesDir = "policies/"
 	// ConnectorsDir holds connectors/<name>.yaml.
 	ConnectorsDir = "connectors/"
+	// TestsDir holds policy tests, tests/*.yaml, run by `jobplane validate`.
+	TestsDir = "tests/"
 )
 
 var jobNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -35,6 +37,8 @@ type Catalog struct {
 	policy   *policy.Policy      // rules compiled once, at Parse
 	// connectors are connectors/<name>.yaml, by name.
 	connectors map[string]*connector.Definition
+	// tests are the policy tests of tests/*.yaml, by file then position.
+	tests []*PolicyTest
 }
 
 // Group is a named set of principals, with free-form attributes for policy
@@ -47,7 +51,7 @@ func IsDefinitionFile(path string) bool {
 	if path == GroupsFile {
 		return true
 	}
-	for _, dir := range []string{JobsDir, PoliciesDir, ConnectorsDir} {
+	for _, dir := range []string{JobsDir, PoliciesDir, ConnectorsDir, TestsDir} {
 		if rest, ok := strings.CutPrefix(path, dir); ok {
 			return strings.HasSuffix(rest, ".yaml") && !strings.Contains(rest, "/") && rest != ".yaml"
 		}
@@ -72,6 +76,7 @@ func Parse(files map[string][]byte) (*Catalog, []Error) {
 		p.file(path, files[path])
 	}
 	p.checkRefs()
+	p.checkTests()
 	errs := p.errs
 	slices.SortStableFunc(errs, func(a, b Error) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
@@ -120,6 +125,9 @@ type parse struct {
 	ruleIDs map[string]*Rule
 	// compiled holds the rules that compiled, in file then position order.
 	compiled []*policy.CompiledRule
+	// testChecks are the policy tests' references, checked once every job
+	// is known.
+	testChecks []testCheck
 }
 
 func (p *parse) file(path string, data []byte) {
@@ -140,6 +148,10 @@ func (p *parse) file(path string, data []byte) {
 	case strings.HasPrefix(path, PoliciesDir):
 		if body != nil {
 			p.parsePolicy(d, body)
+		}
+	case strings.HasPrefix(path, TestsDir):
+		if body != nil {
+			p.parseTests(d, body)
 		}
 	case strings.HasPrefix(path, ConnectorsDir):
 		def, errs := connector.Parse(path, data)

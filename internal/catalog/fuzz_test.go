@@ -19,6 +19,9 @@ func FuzzParse(f *testing.F) {
 	f.Add("policies/x.yaml", "rules: [{id: x, jobs: ['['], users: [~]}]\n")
 	f.Add("jobs/hello.yaml", "name: hello\nparams: {type: object, properties: {a: {$ref: '#/x'}}}\nrun: {command: [x]}\n")
 	f.Add("jobs/hello.yaml", "\t- x\n")
+	f.Add("tests/a.yaml", policyTests)
+	f.Add("tests/a.yaml", "tests: [{name: x, request: {actor: a, job: hello, channel: prod, params: {a: [1, {b: .inf}]}, now: yesterday, ref: {protected: 1}}, expect: maybe, grants: {w: admin}}]\n")
+	f.Add("tests/a.yaml", "tests: {name: x}\n")
 	f.Fuzz(func(t *testing.T, path, content string) {
 		c, errs := Parse(map[string][]byte{path: []byte(content)})
 		if c == nil && len(errs) == 0 {

@@ -56,6 +56,9 @@ type Job struct {
 
 	schema   *jsonschema.Schema
 	defaults map[string]any
+	// runbookLine and runbookColumn locate the runbook field, for
+	// CheckRunbooks.
+	runbookLine, runbookColumn int
 }
 
 // Run is how an attempt executes.
@@ -150,7 +153,10 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 				}
 			}
 		},
-		"runbook": func(v ast.Node, f string) { j.Runbook, _ = d.str(v, f) },
+		"runbook": func(v ast.Node, f string) {
+			j.Runbook, _ = d.str(v, f)
+			j.runbookLine, j.runbookColumn = position(v)
+		},
 		"params":  func(v ast.Node, f string) { j.parseParams(d, v, f) },
 		"run":     func(v ast.Node, f string) { j.parseRun(d, v, f) },
 		"runs_on": func(v ast.Node, f string) { j.parseRunsOn(d, v, f) },

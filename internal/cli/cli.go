@@ -54,6 +54,8 @@ type cliRoot struct {
 	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
 	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
+	Validate   ValidateCmd   `cmd:"" help:"Validate a definitions repository (a directory on disk or a revision) and run its policy tests."`
+	Diff       DiffCmd       `cmd:"" help:"Show who gains or loses the right to run which job between two revisions."`
 	Secrets    SecretsCmd    `cmd:"" help:"Manage secrets (admin)."`
 	Admin      AdminCmd      `cmd:"" help:"Administrative verbs."`
 	Bench      BenchCmd      `cmd:"" help:"Measure request and claim+result throughput of no-op runs."`
