@@ -22,6 +22,7 @@ type SecretReader interface {
 type CredentialStore interface {
 	CredentialCreate(ctx context.Context, c *store.Credential) error
 	CredentialListToRevoke(ctx context.Context, now *time.Time, limit int) ([]*store.Credential, error)
+	CredentialMarkFailed(ctx context.Context, id string) error
 	CredentialMarkRevoked(ctx context.Context, id string, now *time.Time) error
 }
 

@@ -173,6 +173,12 @@ func (b *Broker) Revoke(ctx context.Context, now *time.Time, limit int) (int, er
 	for _, c := range rows {
 		if err := b.revokeOne(ctx, c); err != nil {
 			errs = append(errs, fmt.Errorf("credential %s (connector %q): %w", c.ID, c.Connector, err))
+			// Count it, so that a credential that keeps failing (its
+			// database gone, its admin secret rotated) moves behind the
+			// others instead of filling every batch.
+			if err := b.store.CredentialMarkFailed(ctx, c.ID); err != nil {
+				errs = append(errs, fmt.Errorf("credential %s: count failure: %w", c.ID, err))
+			}
 			continue
 		}
 		if err := b.store.CredentialMarkRevoked(ctx, c.ID, now); err != nil {

@@ -238,6 +238,9 @@ type Credential struct {
 	Ref       string // what to revoke (a role name); never a secret
 	CreatedAt time.Time
 	RevokedAt *time.Time
+	// Failures counts revocations that failed; failing credentials are
+	// listed after the others so that they cannot starve them.
+	Failures int
 }
 
 // Params of the methods.
@@ -301,6 +304,8 @@ type RunListParams struct {
 
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.
 type Queries interface {
+	CatalogQueries
+
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error
 	// APITokenGetByDigest returns a token and its principal whether or not it
@@ -354,8 +359,11 @@ type Queries interface {
 	// CredentialCreate records a minted credential.
 	CredentialCreate(ctx context.Context, c *Credential) error
 	// CredentialListToRevoke lists unrevoked credentials whose attempt has
-	// ended (or whose lease ran out before now), oldest first.
+	// ended (or whose lease ran out before now): fewest failed revocations
+	// first, then oldest.
 	CredentialListToRevoke(ctx context.Context, now *time.Time, limit int) ([]*Credential, error)
+	// CredentialMarkFailed counts a failed revocation.
+	CredentialMarkFailed(ctx context.Context, id string) error
 	// CredentialMarkRevoked marks a credential revoked.
 	CredentialMarkRevoked(ctx context.Context, id string, now *time.Time) error
 
@@ -454,4 +462,55 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the connections.
 	Close() error
+}
+
+// ---- catalogs (channel activations and rejections) ----
+
+// CatalogStatus is the state of one commit of one channel's branch.
+type CatalogStatus string
+
+// Catalog statuses: the active commit of a (channel, branch), a commit that
+// did not validate, and a commit that was active before the current one.
+const (
+	CatalogActive     CatalogStatus = "active"
+	CatalogRejected   CatalogStatus = "rejected"
+	CatalogSuperseded CatalogStatus = "superseded"
+)
+
+// Catalog records what the server decided about one commit of one branch of
+// a channel. (Tenant, Channel, Branch, Commit) is unique.
+type Catalog struct {
+	Tenant      string
+	Channel     string
+	Branch      string
+	Commit      string
+	Status      CatalogStatus
+	Errors      json.RawMessage // rejected: [{"file","line","column","message"}]
+	Author      string
+	CommittedAt time.Time
+	LoadedAt    time.Time // when the server first decided (or re-activated); zero: now
+}
+
+// CatalogListParams filter CatalogList; empty fields match everything.
+type CatalogListParams struct {
+	Tenant  string
+	Channel string
+	Status  CatalogStatus
+	Limit   int
+}
+
+// CatalogQueries are the catalog methods of Queries.
+type CatalogQueries interface {
+	// CatalogGet reads the record of one commit of a channel's branch.
+	CatalogGet(ctx context.Context, tenant, channel, branch, commit string) (*Catalog, error)
+	// CatalogInsert records a commit (ErrAlreadyExists when it is known).
+	CatalogInsert(ctx context.Context, c *Catalog) error
+	// CatalogList lists records, newest LoadedAt first.
+	CatalogList(ctx context.Context, p *CatalogListParams) ([]*Catalog, error)
+	// CatalogSetStatus changes a record's status and sets LoadedAt (zero:
+	// now); ErrNotFound when there is no such record.
+	CatalogSetStatus(ctx context.Context, c *Catalog) error
+	// CatalogSupersede marks every active record of a channel's branch
+	// other than keepCommit superseded and reports how many it changed.
+	CatalogSupersede(ctx context.Context, tenant, channel, branch, keepCommit string) (int, error)
 }

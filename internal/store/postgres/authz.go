@@ -113,7 +113,7 @@ func (q *queries) SigningKeyRetire(ctx context.Context, kid string, at time.Time
 
 // ---- credentials ----
 
-const credentialCols = "c.id, c.tenant, c.run_id, c.attempt_id, c.connector, c.kind, c.ref, c.created_at, c.revoked_at"
+const credentialCols = "c.id, c.tenant, c.run_id, c.attempt_id, c.connector, c.kind, c.ref, c.created_at, c.revoked_at, c.failures"
 
 func (q *queries) CredentialCreate(ctx context.Context, c *store.Credential) error {
 	if c.ID == "" {
@@ -131,17 +131,21 @@ func (q *queries) CredentialListToRevoke(ctx context.Context, now *time.Time, n 
 	rows, err := q.db.Query(ctx, `SELECT `+credentialCols+` FROM credentials c JOIN attempts a ON a.id = c.attempt_id
 		WHERE c.revoked_at IS NULL AND (a.state NOT IN ('queued', 'leased')
 			OR (a.state = 'leased' AND a.lease_expires_at <= `+nowSQL+`))
-		ORDER BY c.created_at LIMIT $2`, now, limit(n))
+		ORDER BY c.failures, c.created_at LIMIT $2`, now, limit(n))
 	if err != nil {
 		return nil, interpretError(err)
 	}
 	return collect(rows, func(r pgx.Rows) (*store.Credential, error) {
 		c := &store.Credential{}
-		err := r.Scan(&c.ID, &c.Tenant, &c.RunID, &c.AttemptID, &c.Connector, &c.Kind, &c.Ref, &c.CreatedAt, &c.RevokedAt)
+		err := r.Scan(&c.ID, &c.Tenant, &c.RunID, &c.AttemptID, &c.Connector, &c.Kind, &c.Ref, &c.CreatedAt, &c.RevokedAt, &c.Failures)
 		utc(&c.CreatedAt)
 		utcp(&c.RevokedAt)
 		return c, err
 	})
+}
+
+func (q *queries) CredentialMarkFailed(ctx context.Context, credID string) error {
+	return q.exec1(ctx, `UPDATE credentials SET failures = failures + 1 WHERE id = $1`, credID)
 }
 
 func (q *queries) CredentialMarkRevoked(ctx context.Context, credID string, now *time.Time) error {

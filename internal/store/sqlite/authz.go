@@ -107,7 +107,7 @@ func (q *queries) SigningKeyRetire(ctx context.Context, kid string, at time.Time
 
 // ---- credentials ----
 
-const credentialCols = "c.id, c.tenant, c.run_id, c.attempt_id, c.connector, c.kind, c.ref, c.created_at, c.revoked_at"
+const credentialCols = "c.id, c.tenant, c.run_id, c.attempt_id, c.connector, c.kind, c.ref, c.created_at, c.revoked_at, c.failures"
 
 func (q *queries) CredentialCreate(ctx context.Context, c *store.Credential) error {
 	if c.ID == "" {
@@ -123,7 +123,7 @@ func (q *queries) CredentialListToRevoke(ctx context.Context, now *time.Time, n 
 	rows, err := q.db.QueryContext(ctx, `SELECT `+credentialCols+` FROM credentials c JOIN attempts a ON a.id = c.attempt_id
 		WHERE c.revoked_at IS NULL AND (a.state NOT IN ('queued', 'leased')
 			OR (a.state = 'leased' AND a.lease_expires_at <= coalesce(?1, `+nowSQL+`)))
-		ORDER BY c.created_at LIMIT ?2`, microsPtr(now), limit(n))
+		ORDER BY c.failures, c.created_at LIMIT ?2`, microsPtr(now), limit(n))
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -132,12 +132,16 @@ func (q *queries) CredentialListToRevoke(ctx context.Context, now *time.Time, n 
 	for rows.Next() {
 		c := &store.Credential{}
 		if err := rows.Scan(&c.ID, &c.Tenant, &c.RunID, &c.AttemptID, &c.Connector, &c.Kind, &c.Ref,
-			timeCol{&c.CreatedAt}, timePtrCol{&c.RevokedAt}); err != nil {
+			timeCol{&c.CreatedAt}, timePtrCol{&c.RevokedAt}, &c.Failures); err != nil {
 			return nil, interpretError(err)
 		}
 		out = append(out, c)
 	}
 	return out, interpretError(rows.Err())
+}
+
+func (q *queries) CredentialMarkFailed(ctx context.Context, credID string) error {
+	return q.exec1(ctx, `UPDATE credentials SET failures = failures + 1 WHERE id = ?`, credID)
 }
 
 func (q *queries) CredentialMarkRevoked(ctx context.Context, credID string, now *time.Time) error {

@@ -85,6 +85,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Secrets", testSecrets},
 		{"SigningKeys", testSigningKeys},
 		{"Credentials", testCredentials},
+		{"Catalogs", testCatalogs},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })

@@ -36,6 +36,7 @@ CREATE TABLE credentials (
     kind       text NOT NULL,
     ref        text NOT NULL,
     created_at timestamptz NOT NULL,
-    revoked_at timestamptz
+    revoked_at timestamptz,
+    failures   integer NOT NULL DEFAULT 0
 );
 CREATE INDEX credentials_unrevoked ON credentials (created_at) WHERE revoked_at IS NULL;

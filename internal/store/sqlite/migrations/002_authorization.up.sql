@@ -36,6 +36,7 @@ CREATE TABLE credentials (
     kind       TEXT NOT NULL,
     ref        TEXT NOT NULL,
     created_at INTEGER NOT NULL,
-    revoked_at INTEGER
+    revoked_at INTEGER,
+    failures   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX credentials_unrevoked ON credentials (created_at) WHERE revoked_at IS NULL;
