@@ -54,6 +54,10 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/run/connectors", h.job(h.runConnectors))
 	m.HandleFunc("PUT /v1/secrets/{name}", h.user(h.setSecret))
 	m.HandleFunc("GET /v1/audit", h.user(h.listAudit))
+	m.HandleFunc("GET /v1/jobs", h.user(h.listJobs))
+	m.HandleFunc("GET /v1/jobs/{name}", h.user(h.getJob))
+	m.HandleFunc("GET /v1/catalogs", h.user(h.listCatalogs))
+	m.HandleFunc("POST /v1/catalogs/sync", h.user(h.syncCatalogs))
 	m.HandleFunc("POST /v1/admin/signing-keys/rotate", h.user(h.rotateSigningKeys))
 
 	m.HandleFunc("POST /v1/runner/register", h.register)

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // FieldError names the configuration field at fault.
@@ -28,10 +30,16 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 type Server struct {
 	Listen      string            // host:port
 	DB          string            // sqlite:PATH or postgres://…
-	Definitions string            // path or file:// URL of the definitions repository
-	Channels    map[string]string // channel → branch
-	DataDir     string
-	AdminToken  string // JOBPLANE_ADMIN_TOKEN
+	Definitions string            // path (read in place) or URL (mirrored) of the definitions repository
+	Channels    map[string]string // channel → branch, or branch pattern (feature/*)
+	// Protected lists the branches (names or patterns) whose channels count
+	// as protected in policies; default main.
+	Protected []string
+	// SyncInterval is how often a mirrored repository is fetched and every
+	// channel re-resolved and recorded; default 30 s.
+	SyncInterval time.Duration
+	DataDir      string
+	AdminToken   string // JOBPLANE_ADMIN_TOKEN
 	// SecretKey (JOBPLANE_SECRET_KEY) is the 32-byte key, hex or base64,
 	// that seals secrets and signing keys; without it the server keeps one
 	// in DataDir/secret.key.
@@ -43,7 +51,8 @@ type Server struct {
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// ParseChannels turns NAME=BRANCH flags into a map.
+// ParseChannels turns NAME=BRANCH flags into a map; BRANCH may be a
+// path.Match pattern (sandbox=feature/*), making a pattern channel.
 func ParseChannels(flags []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, f := range flags {
@@ -53,6 +62,9 @@ func ParseChannels(flags []string) (map[string]string, error) {
 		}
 		if !channelRE.MatchString(name) {
 			return nil, &FieldError{Field: "--channel", Message: fmt.Sprintf("channel name %q must match %s", name, channelRE)}
+		}
+		if _, err := path.Match(branch, ""); err != nil {
+			return nil, &FieldError{Field: "--channel", Message: fmt.Sprintf("branch pattern %q: %v", branch, err)}
 		}
 		if _, dup := out[name]; dup {
 			return nil, &FieldError{Field: "--channel", Message: fmt.Sprintf("channel %q given twice", name)}
@@ -79,7 +91,16 @@ func (c *Server) Defaults() {
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Listen
 	}
+	if len(c.Protected) == 0 {
+		c.Protected = []string{"main"}
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = 30 * time.Second
+	}
 }
+
+// MirrorDir is where remote definitions repositories are mirrored.
+func (c *Server) MirrorDir() string { return filepath.Join(c.DataDir, "mirror") }
 
 // Validate names the first bad field.
 func (c *Server) Validate() error {
@@ -90,7 +111,15 @@ func (c *Server) Validate() error {
 		return err
 	}
 	if c.Definitions == "" {
-		return &FieldError{Field: "--definitions", Message: "a definitions repository (path or file:// URL) is required"}
+		return &FieldError{Field: "--definitions", Message: "a definitions repository (a path, or a URL: file://, https://, ssh://) is required"}
+	}
+	for _, p := range c.Protected {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return &FieldError{Field: "--protected", Message: fmt.Sprintf("%q is not a branch name or pattern", p)}
+		}
+	}
+	if c.SyncInterval < time.Second {
+		return &FieldError{Field: "--sync-interval", Message: "must be at least 1s"}
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		return &FieldError{Field: "JOBPLANE_ADMIN_TOKEN", Message: "must be at least 16 characters"}

@@ -27,7 +27,7 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 	}
 	now := *a.ClaimedAt
 	var dispatch Decision
-	cat, err := s.defs.Resolve(ctx, r.Channel, "")
+	cat, err := s.defs.Resolve(ctx, r.Channel, s.refFor(r))
 	if err != nil {
 		// Fail closed: with no definitions in force nothing is authorized.
 		dispatch = Decision{Explanation: "denied at dispatch: the channel's definitions are unavailable: " + err.Error()}

@@ -7,8 +7,10 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -26,10 +28,38 @@ var (
 	// ErrCommitNotFound is returned by AtCommit for a commit the repository
 	// does not hold.
 	ErrCommitNotFound = errors.New("commit not found")
+	// ErrRefRequired is returned when a pattern channel is resolved without
+	// naming the branch.
+	ErrRefRequired = errors.New("a pattern channel needs a ref naming the branch")
+	// ErrRefNotAllowed is returned for a ref the channel does not serve: one
+	// not matching a pattern channel's pattern, or any other branch than a
+	// fixed channel's own.
+	ErrRefNotAllowed = errors.New("ref not served by this channel")
 )
 
-// maxRejections bounds the rejections kept per channel; the newest are kept.
-const maxRejections = 20
+const (
+	// maxRejections bounds the rejections kept per channel and branch; the
+	// newest are kept.
+	maxRejections = 20
+	// maxWalk bounds how far back the first-parent history is searched for a
+	// good commit when a branch's head is bad and no good commit is known.
+	maxWalk = 50
+	// maxFile bounds a file read with ReadFile (runbooks).
+	maxFile = catalog.MaxFileSize
+)
+
+// Options configure a Source.
+type Options struct {
+	// Channels maps a channel to a branch, or to a branch pattern
+	// (path.Match syntax, e.g. feature/*) for a pattern channel.
+	Channels map[string]string
+	// Protected lists the branches (names or path.Match patterns) that count
+	// as protected in policies; nil means just main.
+	Protected []string
+	// MirrorDir is where URLs are cloned (bare); without it only local
+	// paths and file:// URLs (read in place) are accepted.
+	MirrorDir string
+}
 
 // CatalogError reports a commit whose definitions do not validate.
 type CatalogError struct {
@@ -48,80 +78,153 @@ func (e *CatalogError) Error() string {
 	return b.String()
 }
 
-// Snapshot is the catalog a channel serves.
+// Snapshot is the catalog a channel serves for one branch.
 type Snapshot struct {
 	Channel string
 	Branch  string
-	// Commit is the commit the catalog comes from: the branch head, or the
-	// last good commit when the head was rejected.
-	Commit  string
-	Head    string // the branch head when resolved
-	Catalog *catalog.Catalog
+	// Commit is the active commit the catalog comes from: the branch head,
+	// or the last good commit when the head was rejected.
+	Commit string
+	Head   string // the branch head when resolved
+	// Author and CommittedAt describe Commit.
+	Author      string
+	CommittedAt time.Time
+	// Protected reports whether Branch counts as protected in policies.
+	Protected bool
+	Catalog   *catalog.Catalog
 }
 
-// Rejection is a branch head whose definitions did not validate.
+// Rejection is a commit whose definitions did not validate.
 type Rejection struct {
 	Commit string          `json:"commit"`
+	Author string          `json:"author"`
+	At     time.Time       `json:"at"` // commit time
 	Errors []catalog.Error `json:"errors"`
 }
 
 // parsed is the outcome of parsing one commit; both good and bad results are
 // cached, so a bad head is not re-parsed on every Resolve.
 type parsed struct {
-	cat  *catalog.Catalog
-	errs []catalog.Error
+	cat     *catalog.Catalog
+	errs    []catalog.Error
+	author  string
+	when    time.Time
+	parents []plumbing.Hash
 }
 
-// Source reads channel catalogs from one local repository. It is safe for
+// key names one branch of one channel: a pattern channel has many.
+type key struct{ channel, branch string }
+
+// Source reads channel catalogs from one repository. It is safe for
 // concurrent use.
 type Source struct {
-	path     string
-	channels map[string]string
+	path      string // what is read: the repository itself, or its mirror
+	url       string // the remote a mirror follows; empty when read in place
+	channels  map[string]string
+	protected []string
+
+	syncMu sync.Mutex // one fetch at a time
 
 	mu         sync.Mutex
 	byCommit   map[string]*parsed
-	lastGood   map[string]*Snapshot
-	rejections map[string][]Rejection
+	lastGood   map[key]*Snapshot
+	rejections map[key][]Rejection
 }
 
-// Open checks that repo (a path or file:// URL) is a Git repository, bare or
-// not, and returns a Source serving the given channel → branch mapping.
-func Open(repo string, channels map[string]string) (*Source, error) {
-	p := repo
-	if strings.HasPrefix(repo, "file://") {
-		u, err := url.Parse(repo)
-		if err != nil {
-			return nil, fmt.Errorf("open definitions repository: %w", err)
-		}
-		p = u.Path
-	}
-	if _, err := openRepo(p); err != nil {
-		return nil, fmt.Errorf("open definitions repository %s: %w", repo, err)
-	}
+// Open returns a Source serving opts.Channels from repo. A local path or a
+// file:// URL without opts.MirrorDir is read in place (bare or not); any
+// other URL, or a file:// URL with opts.MirrorDir, is cloned bare into
+// opts.MirrorDir and fetched now, then on every Sync. When the first fetch
+// fails but an earlier mirror exists, the stale mirror is served until a
+// Sync succeeds.
+func Open(repo string, opts Options) (*Source, error) {
 	s := &Source{
-		path:       p,
 		channels:   map[string]string{},
+		protected:  opts.Protected,
 		byCommit:   map[string]*parsed{},
-		lastGood:   map[string]*Snapshot{},
-		rejections: map[string][]Rejection{},
+		lastGood:   map[key]*Snapshot{},
+		rejections: map[key][]Rejection{},
 	}
-	for ch, br := range channels {
+	if s.protected == nil {
+		s.protected = []string{"main"}
+	}
+	for _, p := range s.protected {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("open definitions repository: protected branch pattern %q: %w", p, err)
+		}
+	}
+	for ch, br := range opts.Channels {
 		if ch == "" || br == "" {
 			return nil, fmt.Errorf("open definitions repository: channel %q maps to branch %q", ch, br)
 		}
+		if _, err := path.Match(br, ""); err != nil {
+			return nil, fmt.Errorf("open definitions repository: channel %s: branch pattern %q: %w", ch, br, err)
+		}
 		s.channels[ch] = br
+	}
+	local, isURL, err := classify(repo)
+	if err != nil {
+		return nil, fmt.Errorf("open definitions repository: %w", err)
+	}
+	if !isURL || (strings.HasPrefix(repo, "file://") && opts.MirrorDir == "") {
+		s.path = local
+		if _, err := openRepo(s.path); err != nil {
+			return nil, fmt.Errorf("open definitions repository %s: %w", repo, err)
+		}
+		return s, nil
+	}
+	if opts.MirrorDir == "" {
+		return nil, fmt.Errorf("open definitions repository %s: a remote repository needs a mirror directory", redact(repo))
+	}
+	s.url = repo
+	if err := s.initMirror(opts.MirrorDir); err != nil {
+		return nil, fmt.Errorf("open definitions repository %s: %w", redact(repo), err)
 	}
 	return s, nil
 }
 
+// classify tells a URL from a local path; for a local path or a file://
+// URL it returns the file system path.
+func classify(repo string) (local string, isURL bool, err error) {
+	switch {
+	case strings.HasPrefix(repo, "file://"):
+		u, err := url.Parse(repo)
+		if err != nil {
+			return "", false, err
+		}
+		return u.Path, true, nil
+	case strings.Contains(repo, "://"):
+		return "", true, nil
+	case scpLike.MatchString(repo):
+		return "", true, nil
+	}
+	return repo, false, nil
+}
+
+// scpLike matches git's user@host:path form (but not a Windows drive).
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:`)
+
+// redact drops a password from a URL before it reaches an error message.
+func redact(repo string) string {
+	u, err := url.Parse(repo)
+	if err != nil || u.User == nil {
+		return repo
+	}
+	return u.Redacted()
+}
+
 // openRepo opens the repository afresh for every read: go-git's Repository is
 // not documented as safe for concurrent use, and a fresh open sees packs and
-// refs written by other processes (git push, git gc) since the last read.
+// refs written by other processes (git push, git gc, a Sync) since the last
+// read.
 func openRepo(p string) (*git.Repository, error) {
 	return git.PlainOpenWithOptions(p, &git.PlainOpenOptions{DetectDotGit: false})
 }
 
-// Channels returns the channel → branch mapping.
+// Mirrored reports whether the repository is a mirror that Sync refreshes.
+func (s *Source) Mirrored() bool { return s.url != "" }
+
+// Channels returns the channel → branch (or pattern) mapping.
 func (s *Source) Channels() map[string]string {
 	out := make(map[string]string, len(s.channels))
 	for k, v := range s.channels {
@@ -130,73 +233,230 @@ func (s *Source) Channels() map[string]string {
 	return out
 }
 
-// Resolve returns the catalog a channel serves now. The branch is re-read on
-// every call, so a new commit takes effect immediately; parsing happens once
-// per commit. If the head does not validate, the last good snapshot this
-// process saw for the channel is returned and the rejection recorded; if there
-// is none, the error is a *CatalogError.
-func (s *Source) Resolve(channel string) (*Snapshot, error) {
-	branch, ok := s.channels[channel]
+// IsPattern reports whether a channel maps to a branch pattern, so that its
+// requests must name the branch.
+func (s *Source) IsPattern(channel string) bool {
+	return isPattern(s.channels[channel])
+}
+
+func isPattern(branch string) bool { return strings.ContainsAny(branch, "*?[") }
+
+// Protected reports whether a branch counts as protected in policies.
+func (s *Source) Protected(branch string) bool {
+	for _, p := range s.protected {
+		if ok, _ := path.Match(p, branch); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Branches lists the branches a channel serves now: its one branch (whether
+// or not it exists yet), or every existing branch matching its pattern.
+func (s *Source) Branches(channel string) ([]string, error) {
+	pattern, ok := s.channels[channel]
 	if !ok {
-		return nil, fmt.Errorf("resolve channel %q: %w", channel, ErrUnknownChannel)
+		return nil, fmt.Errorf("channel %q: %w", channel, ErrUnknownChannel)
+	}
+	if !isPattern(pattern) {
+		return []string{pattern}, nil
+	}
+	repo, err := openRepo(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("list branches of channel %s: %w", channel, err)
+	}
+	it, err := repo.Branches()
+	if err != nil {
+		return nil, fmt.Errorf("list branches of channel %s: %w", channel, err)
+	}
+	var out []string
+	err = it.ForEach(func(r *plumbing.Reference) error {
+		b := r.Name().Short()
+		if ok, _ := path.Match(pattern, b); ok {
+			out = append(out, b)
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
+}
+
+// branchFor checks a request's ref against the channel and returns the
+// branch to read.
+func (s *Source) branchFor(channel, ref string) (string, error) {
+	pattern, ok := s.channels[channel]
+	if !ok {
+		return "", fmt.Errorf("resolve channel %q: %w", channel, ErrUnknownChannel)
+	}
+	if !isPattern(pattern) {
+		if ref != "" && ref != pattern {
+			return "", fmt.Errorf("resolve channel %s: ref %q: the channel serves only %s: %w", channel, ref, pattern, ErrRefNotAllowed)
+		}
+		return pattern, nil
+	}
+	if ref == "" {
+		return "", fmt.Errorf("resolve channel %s (%s): %w", channel, pattern, ErrRefRequired)
+	}
+	if ok, _ := path.Match(pattern, ref); !ok || !validBranch(ref) {
+		return "", fmt.Errorf("resolve channel %s: ref %q does not match %s: %w", channel, ref, pattern, ErrRefNotAllowed)
+	}
+	return ref, nil
+}
+
+// validBranch refuses names git itself would refuse and anything that could
+// step outside refs/heads when used as a path.
+func validBranch(b string) bool {
+	if b == "" || strings.HasPrefix(b, "-") || strings.HasSuffix(b, ".lock") || strings.ContainsAny(b, " ~^:?*[\\\x7f") {
+		return false
+	}
+	for _, seg := range strings.Split(b, "/") {
+		if seg == "" || seg == "." || seg == ".." || strings.HasPrefix(seg, ".") {
+			return false
+		}
+	}
+	for _, r := range b {
+		if r < 0x20 {
+			return false
+		}
+	}
+	return true
+}
+
+// Resolve returns the catalog a channel serves now; ref names the branch of
+// a pattern channel (and may name a fixed channel's own branch). The branch
+// is re-read on every call, so a new commit takes effect immediately (for a
+// mirror: after the Sync that fetched it); parsing happens once per commit.
+// If the head does not validate, the rejection is recorded and the last good
+// snapshot of the channel's branch is returned with Head set to the bad head;
+// if none is known, the branch's history is searched for one, and if there
+// is none either, the error is a *CatalogError.
+func (s *Source) Resolve(channel, ref string) (*Snapshot, error) {
+	branch, err := s.branchFor(channel, ref)
+	if err != nil {
+		return nil, err
 	}
 	repo, err := openRepo(s.path)
 	if err != nil {
 		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
 	}
-	ref, err := repo.Reference(plumbing.NewBranchReferenceName(branch), true)
+	r, err := repo.Reference(plumbing.NewBranchReferenceName(branch), true)
 	if err != nil {
 		if errors.Is(err, plumbing.ErrReferenceNotFound) {
 			return nil, fmt.Errorf("resolve channel %s: %s: %w", channel, branch, ErrBranchNotFound)
 		}
 		return nil, fmt.Errorf("resolve channel %s: read branch %s: %w", channel, branch, err)
 	}
-	head := ref.Hash().String()
-	p, err := s.parse(repo, ref.Hash())
+	head := r.Hash().String()
+	p, err := s.parse(repo, r.Hash())
 	if err != nil {
 		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
 	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	k := key{channel, branch}
 	if p.cat != nil {
-		snap := &Snapshot{Channel: channel, Branch: branch, Commit: head, Head: head, Catalog: p.cat}
-		s.lastGood[channel] = snap
+		snap := s.snapshot(k, head, head, p)
+		s.mu.Lock()
+		s.lastGood[k] = snap
+		s.mu.Unlock()
 		return snap, nil
 	}
-	s.reject(channel, head, p.errs)
-	if good, ok := s.lastGood[channel]; ok {
+
+	s.mu.Lock()
+	s.reject(k, head, p)
+	good, ok := s.lastGood[k]
+	s.mu.Unlock()
+	if ok {
 		out := *good
 		out.Head = head
 		return &out, nil
 	}
+	// No good commit known for this branch: the newest good ancestor is the
+	// active commit, as if this process had seen every push.
+	if hash, gp, err := s.goodAncestor(repo, p); err != nil {
+		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
+	} else if gp != nil {
+		snap := s.snapshot(k, hash, head, gp)
+		s.mu.Lock()
+		if _, ok := s.lastGood[k]; !ok {
+			s.lastGood[k] = snap
+		}
+		s.mu.Unlock()
+		return snap, nil
+	}
 	return nil, &CatalogError{Channel: channel, Commit: head, Errors: p.errs}
 }
 
+func (s *Source) snapshot(k key, commit, head string, p *parsed) *Snapshot {
+	return &Snapshot{Channel: k.channel, Branch: k.branch, Commit: commit, Head: head, Author: p.author,
+		CommittedAt: p.when, Protected: s.Protected(k.branch), Catalog: p.cat}
+}
+
+// goodAncestor walks first parents from a bad commit to the newest one that
+// validates, at most maxWalk steps.
+func (s *Source) goodAncestor(repo *git.Repository, p *parsed) (string, *parsed, error) {
+	for range maxWalk {
+		if len(p.parents) == 0 {
+			return "", nil, nil
+		}
+		h := p.parents[0]
+		var err error
+		if p, err = s.parse(repo, h); err != nil {
+			if errors.Is(err, ErrCommitNotFound) { // a shallow history ends here
+				return "", nil, nil
+			}
+			return "", nil, err
+		}
+		if p.cat != nil {
+			return h.String(), p, nil
+		}
+	}
+	return "", nil, nil
+}
+
+// Seed makes commit the last good commit of a channel's branch unless one is
+// known already: the server hands back the active commit it persisted, so
+// that a restart does not lose it. A commit that is missing or does not
+// validate is refused.
+func (s *Source) Seed(channel, branch, commit string) error {
+	if _, ok := s.channels[channel]; !ok {
+		return fmt.Errorf("seed channel %q: %w", channel, ErrUnknownChannel)
+	}
+	p, err := s.atCommit(commit)
+	if err != nil {
+		return fmt.Errorf("seed channel %s: %w", channel, err)
+	}
+	if p.cat == nil {
+		return fmt.Errorf("seed channel %s: %w", channel, &CatalogError{Channel: channel, Commit: commit, Errors: p.errs})
+	}
+	k := key{channel, branch}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.lastGood[k]; !ok {
+		s.lastGood[k] = s.snapshot(k, commit, commit, p)
+	}
+	return nil
+}
+
 // reject records a rejected head once; s.mu must be held.
-func (s *Source) reject(channel, commit string, errs []catalog.Error) {
-	rs := s.rejections[channel]
+func (s *Source) reject(k key, commit string, p *parsed) {
+	rs := s.rejections[k]
 	for _, r := range rs {
 		if r.Commit == commit {
 			return
 		}
 	}
-	rs = append(rs, Rejection{Commit: commit, Errors: errs})
+	rs = append(rs, Rejection{Commit: commit, Author: p.author, At: p.when, Errors: p.errs})
 	if len(rs) > maxRejections {
 		rs = rs[len(rs)-maxRejections:]
 	}
-	s.rejections[channel] = rs
+	s.rejections[k] = rs
 }
 
-// Rejections returns the heads of the channel's branch that were rejected
+// Rejections returns the heads of a channel's branch that were rejected
 // since this process started, oldest first.
-func (s *Source) Rejections(channel string) []Rejection {
+func (s *Source) Rejections(channel, branch string) []Rejection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rs := s.rejections[channel]
-	out := make([]Rejection, len(rs))
-	copy(out, rs)
-	return out
+	return slices.Clone(s.rejections[key{channel, branch}])
 }
 
 var commitRe = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -204,14 +464,7 @@ var commitRe = regexp.MustCompile(`^[0-9a-f]{40}$`)
 // AtCommit returns the catalog of an exact commit, for runs pinned to the
 // commit that was active when they were requested.
 func (s *Source) AtCommit(commit string) (*catalog.Catalog, error) {
-	if !commitRe.MatchString(commit) {
-		return nil, fmt.Errorf("catalog at commit %q: %w", commit, ErrCommitNotFound)
-	}
-	repo, err := openRepo(s.path)
-	if err != nil {
-		return nil, fmt.Errorf("catalog at commit %s: %w", commit, err)
-	}
-	p, err := s.parse(repo, plumbing.NewHash(commit))
+	p, err := s.atCommit(commit)
 	if err != nil {
 		return nil, fmt.Errorf("catalog at commit %s: %w", commit, err)
 	}
@@ -221,10 +474,50 @@ func (s *Source) AtCommit(commit string) (*catalog.Catalog, error) {
 	return p.cat, nil
 }
 
+func (s *Source) atCommit(commit string) (*parsed, error) {
+	if !commitRe.MatchString(commit) {
+		return nil, fmt.Errorf("%q: %w", commit, ErrCommitNotFound)
+	}
+	repo, err := openRepo(s.path)
+	if err != nil {
+		return nil, err
+	}
+	return s.parse(repo, plumbing.NewHash(commit))
+}
+
+// ReadFile returns a file of a commit's tree (a job's runbook, say). Files
+// larger than the catalog's file limit are refused.
+func (s *Source) ReadFile(commit, name string) ([]byte, error) {
+	if !commitRe.MatchString(commit) {
+		return nil, fmt.Errorf("read %s at %q: %w", name, commit, ErrCommitNotFound)
+	}
+	repo, err := openRepo(s.path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %s: %w", name, commit, ErrCommitNotFound)
+	}
+	f, err := c.File(path.Clean(name))
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %s: %w", name, commit, err)
+	}
+	if f.Size > maxFile {
+		return nil, fmt.Errorf("read %s at %s: larger than %d bytes", name, commit, maxFile)
+	}
+	r, err := f.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(io.LimitReader(r, maxFile))
+}
+
 func (s *Source) parse(repo *git.Repository, hash plumbing.Hash) (*parsed, error) {
-	key := hash.String()
+	k := hash.String()
 	s.mu.Lock()
-	p, ok := s.byCommit[key]
+	p, ok := s.byCommit[k]
 	s.mu.Unlock()
 	if ok {
 		return p, nil
@@ -234,9 +527,9 @@ func (s *Source) parse(repo *git.Repository, hash plumbing.Hash) (*parsed, error
 	commit, err := repo.CommitObject(hash)
 	if err != nil {
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
-			return nil, fmt.Errorf("%s: %w", key, ErrCommitNotFound)
+			return nil, fmt.Errorf("%s: %w", k, ErrCommitNotFound)
 		}
-		return nil, fmt.Errorf("read commit %s: %w", key, err)
+		return nil, fmt.Errorf("read commit %s: %w", k, err)
 	}
 	files, ferrs, err := readDefinitions(commit)
 	if err != nil {
@@ -247,13 +540,17 @@ func (s *Source) parse(repo *git.Repository, hash plumbing.Hash) (*parsed, error
 	if len(ferrs) > 0 {
 		cat = nil
 	}
-	p = &parsed{cat: cat, errs: errs}
+	author := commit.Author.Name
+	if commit.Author.Email != "" {
+		author += " <" + commit.Author.Email + ">"
+	}
+	p = &parsed{cat: cat, errs: errs, author: author, when: commit.Committer.When.UTC(), parents: commit.ParentHashes}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if prev, ok := s.byCommit[key]; ok {
+	if prev, ok := s.byCommit[k]; ok {
 		return prev, nil
 	}
-	s.byCommit[key] = p
+	s.byCommit[k] = p
 	return p, nil
 }
 

@@ -24,7 +24,7 @@ func setup(t *testing.T) *testBundle {
 	dir := t.TempDir()
 	good, err := InitRepo(dir, "main", ExampleFiles(), "initial", WithTime(t0))
 	require.NoError(t, err)
-	src, err := Open(dir, map[string]string{"prod": "main", "staging": "release"})
+	src, err := Open(dir, Options{Channels: map[string]string{"prod": "main", "staging": "release"}})
 	require.NoError(t, err)
 	return &testBundle{dir: dir, good: good, src: src}
 }
@@ -52,13 +52,14 @@ func TestResolveHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	snap, err := b.src.Resolve("prod")
+	snap, err := b.src.Resolve("prod", "")
 	require.NoError(t, err)
-	require.Equal(t, &Snapshot{Channel: "prod", Branch: "main", Commit: b.good, Head: b.good, Catalog: snap.Catalog}, snap)
+	require.Equal(t, &Snapshot{Channel: "prod", Branch: "main", Commit: b.good, Head: b.good, Author: AuthorName + " <" + AuthorEmail + ">",
+		CommittedAt: t0, Protected: true, Catalog: snap.Catalog}, snap)
 	_, ok := snap.Catalog.Job("hello")
 	require.True(t, ok)
 
-	again, err := b.src.Resolve("prod")
+	again, err := b.src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Same(t, snap.Catalog, again.Catalog, "catalogs are cached by commit")
 }
@@ -67,9 +68,9 @@ func TestResolveUnknownChannelAndBranch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	_, err := b.src.Resolve("nope")
+	_, err := b.src.Resolve("nope", "")
 	require.ErrorIs(t, err, ErrUnknownChannel)
-	_, err = b.src.Resolve("staging")
+	_, err = b.src.Resolve("staging", "")
 	require.ErrorIs(t, err, ErrBranchNotFound)
 }
 
@@ -77,28 +78,28 @@ func TestResolveBadCommitKeepsLastGood(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	first, err := b.src.Resolve("prod")
+	first, err := b.src.Resolve("prod", "")
 	require.NoError(t, err)
 
 	bad, err := CommitFiles(b.dir, "main", map[string]string{"jobs/hello.yaml": "name: hello\nrun:\n  command: [x]\n  timeout: soon\n"}, "break it", WithTime(t0.Add(time.Minute)))
 	require.NoError(t, err)
 
-	snap, err := b.src.Resolve("prod")
+	snap, err := b.src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Equal(t, b.good, snap.Commit)
 	require.Equal(t, bad, snap.Head)
 	require.Same(t, first.Catalog, snap.Catalog)
 
-	_, err = b.src.Resolve("prod") // a second look records the rejection once
+	_, err = b.src.Resolve("prod", "") // a second look records the rejection once
 	require.NoError(t, err)
-	rej := b.src.Rejections("prod")
+	rej := b.src.Rejections("prod", "main")
 	require.Len(t, rej, 1)
 	require.Equal(t, bad, rej[0].Commit)
 	require.Equal(t, []catalog.Error{{File: "jobs/hello.yaml", Line: 4, Column: 12, Field: "run.timeout", Message: `invalid duration "soon" (use units, like 30s, 10m or 1h30m)`}}, rej[0].Errors)
 
 	fixed, err := CommitFiles(b.dir, "main", map[string]string{"jobs/hello.yaml": "name: hello\nrun:\n  command: [x]\n  timeout: 5m\n", "jobs/count.yaml": ""}, "fix it", WithTime(t0.Add(2*time.Minute)))
 	require.NoError(t, err)
-	snap, err = b.src.Resolve("prod")
+	snap, err = b.src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Equal(t, fixed, snap.Commit, "a new commit is picked up at once")
 	hello, _ := snap.Catalog.Job("hello")
@@ -125,21 +126,36 @@ func TestResolveBadCommitKeepsLastGood(t *testing.T) {
 
 func TestResolveNeverGood(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-
-	bad, err := CommitFiles(b.dir, "release", map[string]string{"policies/x.yaml": "rules:\n  - id: r\n    jobs: [x]\n"}, "bad release", WithTime(t0))
+	dir := t.TempDir()
+	bad, err := InitRepo(dir, "release", map[string]string{"policies/x.yaml": "rules:\n  - id: r\n    jobs: [x]\n"}, "bad release", WithTime(t0))
 	require.NoError(t, err)
-	_, err = b.src.Resolve("staging")
+	src, err := Open(dir, Options{Channels: map[string]string{"staging": "release"}})
+	require.NoError(t, err)
+	_, err = src.Resolve("staging", "")
 	var ce *CatalogError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "staging", ce.Channel)
 	require.Equal(t, bad, ce.Commit)
 	require.Equal(t, "policies/x.yaml", ce.Errors[0].File)
 	require.Contains(t, err.Error(), "policies/x.yaml:2:5: rules[0]: must name groups or users")
-	require.Len(t, b.src.Rejections("staging"), 1)
+	require.Len(t, src.Rejections("staging", "release"), 1)
+}
+
+func TestResolveBadHeadServesGoodAncestor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	// release starts from main's good commit; its own first commit is bad.
+	bad, err := CommitFiles(b.dir, "release", map[string]string{"policies/x.yaml": "rules:\n  - id: r\n    jobs: [x]\n"}, "bad release", WithTime(t0))
+	require.NoError(t, err)
+	snap, err := b.src.Resolve("staging", "")
+	require.NoError(t, err)
+	require.Equal(t, b.good, snap.Commit, "the newest good commit of the branch is active")
+	require.Equal(t, bad, snap.Head)
+	require.Len(t, b.src.Rejections("staging", "release"), 1)
 
 	// The other channel is unaffected.
-	snap, err := b.src.Resolve("prod")
+	snap, err = b.src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Equal(t, b.good, snap.Commit)
 }
@@ -154,31 +170,32 @@ func TestOversizedFileRejected(t *testing.T) {
 	}
 	_, err := CommitFiles(b.dir, "release", map[string]string{"groups.yaml": string(big)}, "big", WithTime(t0))
 	require.NoError(t, err)
-	_, err = b.src.Resolve("staging")
-	var ce *CatalogError
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, "groups.yaml", ce.Errors[0].File)
-	require.Contains(t, ce.Errors[0].Message, "larger than")
+	_, err = b.src.Resolve("staging", "")
+	require.NoError(t, err, "the good ancestor stays active")
+	rej := b.src.Rejections("staging", "release")
+	require.Len(t, rej, 1)
+	require.Equal(t, "groups.yaml", rej[0].Errors[0].File)
+	require.Contains(t, rej[0].Errors[0].Message, "larger than")
 }
 
 func TestOpenFileURLAndBare(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	src, err := Open("file://"+b.dir, map[string]string{"prod": "main"})
+	src, err := Open("file://"+b.dir, Options{Channels: map[string]string{"prod": "main"}})
 	require.NoError(t, err)
-	snap, err := src.Resolve("prod")
+	snap, err := src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Equal(t, b.good, snap.Commit)
 
 	// A bare repository: the .git directory of the one above is one.
-	src, err = Open(b.dir+"/.git", map[string]string{"prod": "main"})
+	src, err = Open(b.dir+"/.git", Options{Channels: map[string]string{"prod": "main"}})
 	require.NoError(t, err)
-	snap, err = src.Resolve("prod")
+	snap, err = src.Resolve("prod", "")
 	require.NoError(t, err)
 	require.Equal(t, b.good, snap.Commit)
 
-	_, err = Open(t.TempDir(), nil)
+	_, err = Open(t.TempDir(), Options{})
 	require.Error(t, err)
 }
 
@@ -190,7 +207,7 @@ func TestResolveConcurrent(t *testing.T) {
 	errs := make(chan error, 16)
 	for range 16 {
 		wg.Go(func() {
-			snap, err := b.src.Resolve("prod")
+			snap, err := b.src.Resolve("prod", "")
 			if err == nil && snap.Commit != b.good {
 				err = errors.New("wrong commit " + snap.Commit)
 			}

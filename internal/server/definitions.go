@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/jobplane/jobplane/internal/catalog"
@@ -13,14 +14,22 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
-// definitions adapts the Git source to the run service.
+// definitions adapts the Git source to the run service and its catalog API
+// (control.CatalogSource).
 type definitions struct {
 	src *gitsync.Source
 }
 
-// OpenDefinitions opens the definitions repository for the run service.
+// OpenDefinitions opens the definitions repository for the run service, in
+// place, with main as the protected branch.
 func OpenDefinitions(repo string, channels map[string]string) (control.Definitions, error) {
-	src, err := gitsync.Open(repo, channels)
+	return OpenDefinitionsWith(repo, gitsync.Options{Channels: channels})
+}
+
+// OpenDefinitionsWith opens the definitions repository with all options:
+// pattern channels, protected branches, and the mirror directory for URLs.
+func OpenDefinitionsWith(repo string, opts gitsync.Options) (control.Definitions, error) {
+	src, err := gitsync.Open(repo, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -28,28 +37,79 @@ func OpenDefinitions(repo string, channels map[string]string) (control.Definitio
 }
 
 func (d *definitions) Resolve(_ context.Context, channel, ref string) (control.Catalog, error) {
-	if ref != "" {
-		return nil, fmt.Errorf("ref is only accepted for pattern channels, and channel %s is not one: %w", channel, protocol.ErrBadRequest)
+	if ref != "" && !d.src.IsPattern(channel) {
+		if _, ok := d.src.Channels()[channel]; ok {
+			return nil, fmt.Errorf("ref is only accepted for pattern channels, and channel %s is not one: %w", channel, protocol.ErrBadRequest)
+		}
 	}
-	snap, err := d.src.Resolve(channel)
-	if errors.Is(err, gitsync.ErrUnknownChannel) {
+	snap, err := d.src.Resolve(channel, ref)
+	switch {
+	case errors.Is(err, gitsync.ErrUnknownChannel):
 		return nil, fmt.Errorf("channel %q: %w", channel, protocol.ErrUnknownChannel)
-	}
-	if err != nil {
+	case errors.Is(err, gitsync.ErrRefRequired), errors.Is(err, gitsync.ErrRefNotAllowed):
+		return nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrBadRequest)
+	case err != nil:
 		return nil, fmt.Errorf("definitions of channel %s: %s: %w", channel, err.Error(), protocol.ErrCatalogUnavailable)
 	}
-	return &pinned{snap: snap}, nil
+	return &pinned{snap: snap, src: d.src}, nil
+}
+
+func (d *definitions) Channels() map[string]string     { return d.src.Channels() }
+func (d *definitions) IsPattern(channel string) bool   { return d.src.IsPattern(channel) }
+func (d *definitions) Sync(ctx context.Context) error  { return d.src.Sync(ctx) }
+func (d *definitions) Seed(ch, branch, c string) error { return d.src.Seed(ch, branch, c) }
+
+// Observe resolves every channel, and every existing branch of each pattern
+// channel, in channel order.
+func (d *definitions) Observe(_ context.Context) []control.ChannelObservation {
+	var out []control.ChannelObservation
+	channels := d.src.Channels()
+	for _, ch := range slices.Sorted(maps.Keys(channels)) {
+		branches, err := d.src.Branches(ch)
+		if err != nil {
+			out = append(out, control.ChannelObservation{Channel: ch, Branch: channels[ch], Err: err.Error()})
+			continue
+		}
+		for _, br := range branches {
+			ref := ""
+			if d.src.IsPattern(ch) {
+				ref = br
+			}
+			o := control.ChannelObservation{Channel: ch, Branch: br}
+			snap, err := d.src.Resolve(ch, ref)
+			var ce *gitsync.CatalogError
+			switch {
+			case err == nil:
+				o.Head = snap.Head
+				o.Active = &control.CommitInfo{Commit: snap.Commit, Author: snap.Author, At: snap.CommittedAt}
+			case errors.As(err, &ce):
+				o.Head, o.Err = ce.Commit, "no commit of the branch validates"
+			default:
+				o.Err = err.Error()
+			}
+			for _, r := range d.src.Rejections(ch, br) {
+				rc := control.RejectedCommit{CommitInfo: control.CommitInfo{Commit: r.Commit, Author: r.Author, At: r.At}, Errors: []control.CatalogError{}}
+				for _, e := range r.Errors {
+					rc.Errors = append(rc.Errors, control.CatalogError{File: e.File, Line: e.Line, Column: e.Column, Message: e.Message})
+				}
+				o.Rejected = append(o.Rejected, rc)
+			}
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 type pinned struct {
 	snap *gitsync.Snapshot
+	src  *gitsync.Source
 }
 
 func (p *pinned) Commit() string { return p.snap.Commit }
 func (p *pinned) Branch() string { return p.snap.Branch }
 
-// Protected: until protected branches are configurable, main is the one.
-func (p *pinned) Protected() bool { return p.snap.Branch == "main" }
+// Protected reports whether the branch is one of --protected.
+func (p *pinned) Protected() bool { return p.snap.Protected }
 
 func (p *pinned) Job(name string) (control.Spec, bool) {
 	j, ok := p.snap.Catalog.Job(name)

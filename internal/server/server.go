@@ -19,6 +19,7 @@ import (
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
@@ -83,7 +84,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	defs, err := OpenDefinitions(cfg.Definitions, cfg.Channels)
+	defs, err := OpenDefinitionsWith(cfg.Definitions, gitsync.Options{Channels: cfg.Channels, Protected: cfg.Protected, MirrorDir: cfg.MirrorDir()})
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("open definitions: %w", err)
@@ -108,6 +109,15 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	// The last good catalogs recorded before a restart come back before the
+	// first request, then the current heads are recorded.
+	if err := svc.LoadCatalogs(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("load catalogs: %w", err)
+	}
+	if err := svc.RefreshCatalogs(ctx); err != nil {
+		opts.Logger.Warn("server: first catalog sync failed", "err", err)
 	}
 	if cfg.AdminToken != "" {
 		if err := svc.EnsureAdmin(ctx, cfg.AdminToken); err != nil {
@@ -142,6 +152,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.ExpireApprovals(ctx)
 		return err
 	})
+	s.loop(bg, "catalog sync", cfg.SyncInterval, svc.RefreshCatalogs)
 	s.loop(bg, "signing key reload", 30*time.Second, tokens.Reload)
 	s.loop(bg, "credential revocation", 2*time.Second, func(ctx context.Context) error {
 		_, err := svc.RevokeCredentials(ctx)

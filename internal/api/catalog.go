@@ -1,0 +1,49 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/jobplane/jobplane/internal/control"
+)
+
+// Catalog API (PROTOCOL.md): jobs of a channel's active commit, and the
+// active and rejected commits of every channel. Reading needs any API
+// token; syncing is admin only.
+
+func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	q := r.URL.Query()
+	v, err := h.svc.ListJobs(r.Context(), actor, q.Get("channel"), q.Get("ref"))
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	q := r.URL.Query()
+	v, err := h.svc.ShowJob(r.Context(), actor, q.Get("channel"), q.Get("ref"), r.PathValue("name"))
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	v, err := h.svc.Catalogs(r.Context(), actor)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) syncCatalogs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	v, err := h.svc.SyncCatalogs(r.Context(), actor)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
