@@ -149,7 +149,11 @@ func (c *JobsShowCmd) Run(g *Globals) error {
 		fmt.Fprintln(w, "  nobody the definitions name")
 	}
 	for _, p := range v.MayRun {
-		fmt.Fprintf(w, "  %s (rule %s)", p.Principal, p.Rule)
+		name := p.Principal
+		if name == "*" {
+			name = "any other authenticated principal"
+		}
+		fmt.Fprintf(w, "  %s (rule %s)", name, p.Rule)
 		if p.Approval != nil {
 			fmt.Fprintf(w, ": needs %d approval(s) from %s", p.Approval.Count, strings.Join(p.Approval.Groups, ", "))
 		}

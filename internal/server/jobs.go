@@ -39,33 +39,19 @@ func (p *pinned) Describe(name string) (control.JobInfo, bool) {
 }
 
 // Principals lists every name the definitions give a principal: members of
-// groups that rules or job owners name, and users of rules ("*" aside).
+// every group and users of rules, plus "*" standing for any other
+// authenticated principal (it matches `users: ["*"]` rules and no group).
 func (p *pinned) Principals() []string {
 	c := p.snap.Catalog
-	var out []string
-	addGroup := func(g string) {
-		if grp, ok := c.Group(g); ok {
-			out = append(out, grp.Members...)
-		}
+	out := []string{"*"}
+	for _, g := range c.Groups() {
+		out = append(out, g.Members...)
 	}
 	for _, r := range c.Rules() {
-		for _, g := range r.Groups {
-			addGroup(g)
-		}
 		for _, u := range r.Users {
 			if u != "*" {
 				out = append(out, u)
 			}
-		}
-		if r.Approval != nil {
-			for _, g := range r.Approval.Groups {
-				addGroup(g)
-			}
-		}
-	}
-	for _, j := range c.Jobs() {
-		for _, g := range j.Owners {
-			addGroup(g)
 		}
 	}
 	slices.Sort(out)
