@@ -173,7 +173,7 @@ func TestPatternChannelRunsAndShowJob(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"ops"}, job.Owners)
 		require.Equal(t, "Greet\n=====\n\nSee the docs (https://example.com) and run it.\n", job.RunbookText)
-		require.Equal(t, []control.PrincipalAccess{{Principal: "olga", Rule: "anyone"}}, job.MayRun)
+		require.Equal(t, []control.PrincipalAccess{{Principal: "*", Rule: "anyone"}, {Principal: "olga", Rule: "anyone"}}, job.MayRun)
 		_, err = e.svc.ShowJob(ctx, e.admin, "prod", "", "nope")
 		require.ErrorIs(t, err, protocol.ErrUnknownJob)
 		_, err = e.svc.ListJobs(ctx, e.admin, "", "")
