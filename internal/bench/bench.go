@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
 )
 
 // Config is one measurement.
@@ -85,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	defer func() { err = errors.Join(err, env.Close()) }()
 	res = &Result{
 		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients,
-		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: time.Now().UTC().Truncate(time.Second),
+		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: clock.Real{}.Now().UTC().Truncate(time.Second),
 	}
 	runners, err := env.RegisterRunners(ctx, cfg.Workers)
 	if err != nil {

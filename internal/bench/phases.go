@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -65,15 +66,15 @@ func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int6
 	}
 	locals := make([]local, clients)
 	g, gctx := newGroup(ctx)
-	start := time.Now()
+	start := clock.Real{}.Now()
 	for c := range clients {
 		l := &locals[c]
 		l.created = make(map[string]time.Time, n/clients+1)
 		g.Go(func() error {
 			for next.Add(1) <= int64(n) {
-				t0 := time.Now()
+				t0 := clock.Real{}.Now()
 				run, err := e.Admin.CreateRun(gctx, &protocol.RunRequest{Job: Job, Channel: Channel})
-				t1 := time.Now()
+				t1 := clock.Real{}.Now()
 				if err != nil {
 					return fmt.Errorf("request run: %w", err)
 				}
@@ -149,15 +150,15 @@ func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string
 	}
 	locals := make([]local, len(runners))
 	g, gctx := newGroup(ctx)
-	start := time.Now()
+	start := clock.Real{}.Now()
 	for i, r := range runners {
 		l := &locals[i]
 		l.claims = map[string]int{}
 		g.Go(func() error {
 			for empties := 0; empties < emptyToStop; {
-				t0 := time.Now()
+				t0 := clock.Real{}.Now()
 				asg, err := r.Client.Claim(gctx, 0, "")
-				t1 := time.Now()
+				t1 := clock.Real{}.Now()
 				if err != nil {
 					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
 				}
@@ -173,9 +174,9 @@ func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string
 					l.r2c = append(l.r2c, t1.Sub(c))
 				}
 				ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
-				t2 := time.Now()
+				t2 := clock.Real{}.Now()
 				res, err := r.Client.Result(gctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
-				t3 := time.Now()
+				t3 := clock.Real{}.Now()
 				if err != nil {
 					return fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
 				}

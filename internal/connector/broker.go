@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -42,6 +43,15 @@ type Broker struct {
 	ConnectTimeout time.Duration
 	// OpTimeout bounds the whole exchange with one database (default 15s).
 	OpTimeout time.Duration
+	// Clock tells the time (default: the real clock).
+	Clock clock.Clock
+}
+
+func (b *Broker) now() time.Time {
+	if b.Clock == nil {
+		return clock.Real{}.Now()
+	}
+	return b.Clock.Now()
 }
 
 // NewBroker returns a Broker reading secrets from s, sealed with box.

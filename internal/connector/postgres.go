@@ -86,7 +86,7 @@ func (b *Broker) issuePostgres(ctx context.Context, req Request, def *Definition
 	if grant == "" {
 		return "", "", fmt.Errorf("no %s_role for channel %s", level, req.Channel)
 	}
-	if req.Deadline.IsZero() || !req.Deadline.After(time.Now()) {
+	if req.Deadline.IsZero() || !req.Deadline.After(b.now()) {
 		return "", "", errors.New("attempt deadline is missing or has passed")
 	}
 	admin, secretChannel, err := b.secret(ctx, req.Tenant, bind.Secret, req.Channel)
