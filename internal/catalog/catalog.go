@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/policy"
+	"github.com/jobplane/jobplane/internal/yamlpos"
 )
 
 // File names of the definitions repository that Parse reads.
@@ -137,14 +138,15 @@ func (p *parse) file(path string, data []byte) {
 			p.errs = append(p.errs, Error{File: path, Message: fmt.Sprintf("internal error reading file: %v", r)})
 		}
 	}()
-	body, d := parseFile(path, data)
+	d := yamlpos.New(path, yamlOptions)
+	body := d.Parse(data)
 	switch {
 	case path == GroupsFile:
 		if body != nil {
 			p.parseGroups(d, body)
 		}
 	case strings.HasPrefix(path, JobsDir):
-		p.parseJob(d, path, body, len(d.errs) > 0)
+		p.parseJob(d, path, body, len(d.Errs) > 0)
 	case strings.HasPrefix(path, PoliciesDir):
 		if body != nil {
 			p.parsePolicy(d, body)
@@ -162,12 +164,12 @@ func (p *parse) file(path string, data []byte) {
 			p.cat.connectors[def.Name] = def
 		}
 	}
-	p.errs = append(p.errs, d.errs...)
+	p.errs = append(p.errs, d.Errs...)
 }
 
-func (p *parse) ref(d *decoder, group string, n ast.Node, field string) {
-	line, col := position(n)
-	p.refs[group] = append(p.refs[group], groupRef{file: d.file, line: line, column: col, field: field})
+func (p *parse) ref(d *yamlpos.Decoder, group string, n ast.Node, field string) {
+	line, col := yamlpos.Position(n)
+	p.refs[group] = append(p.refs[group], groupRef{file: d.File, line: line, column: col, field: field})
 }
 
 func (p *parse) checkRefs() {

@@ -12,11 +12,11 @@
 // list at once. A catalog with any error is not returned at all, so a
 // half-valid commit can never authorize anything.
 //
-// The YAML is walked as a syntax tree instead of being unmarshalled into
-// structs. That is what lets unknown keys, wrong types and out-of-range values
-// all be reported together with their positions, and it keeps hostile input
-// (alias bombs, deep nesting, huge files) under explicit budgets instead of
-// relying on the decoder's.
+// The YAML is walked as a syntax tree (package yamlpos) instead of being
+// unmarshalled into structs. That is what lets unknown keys, wrong types and
+// out-of-range values all be reported together with their positions, and it
+// keeps hostile input (alias bombs, deep nesting, huge files) under explicit
+// budgets instead of relying on the decoder's.
 //
 // Policy rules are parsed here, with their positions, and compiled by package
 // policy while the commit is parsed: a `when` that does not type-check, an

@@ -1,24 +1,22 @@
 package catalog
 
-import "fmt"
+import "github.com/jobplane/jobplane/internal/yamlpos"
 
 // Error is one validation problem in a definitions file. Line and Column are
 // 1-based; they are 0 when the problem concerns the file as a whole.
-type Error struct {
-	File    string `json:"file"`
-	Line    int    `json:"line"`
-	Column  int    `json:"column"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
+type Error = yamlpos.Error
 
-// Error formats the problem the way compilers do, so editors can jump to it.
-func (e Error) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Message)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Column, e.Field, e.Message)
-}
+// MaxFileSize is the largest definitions file accepted, in bytes.
+const MaxFileSize = 1 << 20
+
+// yamlOptions are the budgets of a definitions file (see package yamlpos).
+var yamlOptions = yamlpos.Options{Limits: yamlpos.Limits{
+	MaxFileSize:  MaxFileSize,
+	MaxFlowDepth: 128,     // unclosed [ or { at any point
+	MaxSeqRun:    32,      // "- - - x" entries on one line
+	MaxDepth:     64,      // nesting of decoded values
+	MaxNodes:     200_000, // nodes visited per file, aliases expanded
+}}
 
 // ParamsError reports why a run's parameters do not satisfy the job's schema.
 // Field names the first failing value as a slash-separated path inside the

@@ -18,6 +18,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/jobplane/jobplane/internal/yamlpos"
 )
 
 // Defaults and bounds of job fields.
@@ -113,17 +115,17 @@ var (
 	envNameRe          = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
+func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken bool) {
 	name := strings.TrimSuffix(strings.TrimPrefix(path, JobsDir), ".yaml")
 	if !jobNameRe.MatchString(name) {
-		d.errs = append(d.errs, Error{File: path, Message: fmt.Sprintf("job file name %q must match %s", name, jobNameRe)})
+		d.Errs = append(d.Errs, Error{File: path, Message: fmt.Sprintf("job file name %q must match %s", name, jobNameRe)})
 		return
 	}
 	if broken {
 		return
 	}
 	if body == nil {
-		d.errs = append(d.errs, Error{File: path, Message: "empty job definition"})
+		d.Errs = append(d.Errs, Error{File: path, Message: "empty job definition"})
 		return
 	}
 	j := &Job{
@@ -134,28 +136,28 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 	}
 	var scheduleNode ast.Node
 	var leaseKeys []ast.Node
-	present, ok := d.object(body, "", 0, map[string]func(ast.Node, string){
+	present, ok := d.Object(body, "", 0, map[string]func(ast.Node, string){
 		"name": func(v ast.Node, f string) {
-			if s, ok := d.str(v, f); ok {
+			if s, ok := d.Str(v, f); ok {
 				j.Name = s
 				if s != name {
-					d.add(v, f, "must equal the file name %q", name)
+					d.Add(v, f, "must equal the file name %q", name)
 				}
 			}
 		},
-		"description": func(v ast.Node, f string) { j.Description, _ = d.str(v, f) },
+		"description": func(v ast.Node, f string) { j.Description, _ = d.Str(v, f) },
 		"owners": func(v ast.Node, f string) {
-			items, _ := d.list(v, f)
+			items, _ := d.List(v, f)
 			for i, item := range items {
-				if s, ok := d.str(item, index(f, i)); ok {
+				if s, ok := d.Str(item, yamlpos.Index(f, i)); ok {
 					j.Owners = append(j.Owners, s)
-					p.ref(d, s, item, index(f, i))
+					p.ref(d, s, item, yamlpos.Index(f, i))
 				}
 			}
 		},
 		"runbook": func(v ast.Node, f string) {
-			j.Runbook, _ = d.str(v, f)
-			j.runbookLine, j.runbookColumn = position(v)
+			j.Runbook, _ = d.Str(v, f)
+			j.runbookLine, j.runbookColumn = yamlpos.Position(v)
 		},
 		"params":  func(v ast.Node, f string) { j.parseParams(d, v, f) },
 		"run":     func(v ast.Node, f string) { j.parseRun(d, v, f) },
@@ -163,19 +165,19 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 		"leases":  func(v ast.Node, f string) { leaseKeys = j.parseLeases(d, v, f) },
 		"retries": func(v ast.Node, f string) { j.parseRetries(d, v, f) },
 		"connectors": func(v ast.Node, f string) {
-			es, _ := d.entries(v, f, 1)
+			es, _ := d.Entries(v, f, 1)
 			j.Connectors = map[string]string{}
 			for _, e := range es {
-				ff := join(f, e.key)
+				ff := yamlpos.Join(f, e.Key)
 				s, ok := "", false
-				if e.value == nil {
-					d.add(e.keyNode, ff, "must be read or write")
-				} else if s, ok = d.str(e.value, ff); ok && s != "read" && s != "write" {
-					d.add(e.value, ff, "must be read or write, got %q", s)
+				if e.Value == nil {
+					d.Add(e.KeyNode, ff, "must be read or write")
+				} else if s, ok = d.Str(e.Value, ff); ok && s != "read" && s != "write" {
+					d.Add(e.Value, ff, "must be read or write, got %q", s)
 				}
-				j.Connectors[e.key] = s
-				line, col := position(e.keyNode)
-				p.connRefs = append(p.connRefs, connRef{name: e.key, file: d.file, line: line, column: col, field: ff})
+				j.Connectors[e.Key] = s
+				line, col := yamlpos.Position(e.KeyNode)
+				p.connRefs = append(p.connRefs, connRef{name: e.Key, file: d.File, line: line, column: col, field: ff})
 			}
 		},
 		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },
@@ -185,10 +187,10 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 		return
 	}
 	if !present["name"] {
-		d.add(body, "name", "is required")
+		d.Add(body, "name", "is required")
 	}
 	if !present["run"] {
-		d.add(body, "run", "is required")
+		d.Add(body, "run", "is required")
 	}
 	j.checkLeaseKeys(d, leaseKeys)
 	if scheduleNode != nil {
@@ -197,88 +199,88 @@ func (p *parse) parseJob(d *decoder, path string, body ast.Node, broken bool) {
 	p.cat.jobs[name] = j
 }
 
-func (j *Job) parseRun(d *decoder, n ast.Node, field string) {
-	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+func (j *Job) parseRun(d *yamlpos.Decoder, n ast.Node, field string) {
+	present, ok := d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"command": func(v ast.Node, f string) {
-			items, ok := d.list(v, f)
+			items, ok := d.List(v, f)
 			if !ok {
 				return
 			}
 			if len(items) == 0 {
-				d.add(v, f, "must not be empty")
+				d.Add(v, f, "must not be empty")
 			}
 			for i, item := range items {
-				if s, ok := d.str(item, index(f, i)); ok {
+				if s, ok := d.Str(item, yamlpos.Index(f, i)); ok {
 					if i == 0 && s == "" {
-						d.add(item, index(f, i), "program must not be empty")
+						d.Add(item, yamlpos.Index(f, i), "program must not be empty")
 					}
 					j.Run.Command = append(j.Run.Command, s)
 				}
 			}
 		},
 		"env": func(v ast.Node, f string) {
-			j.Run.Env = d.strMap(v, f, 2)
-			es, _ := d.entries(v, f, 2)
+			j.Run.Env = d.StrMap(v, f, 2)
+			es, _ := d.Entries(v, f, 2)
 			for _, e := range es {
-				if !envNameRe.MatchString(e.key) {
-					d.add(e.keyNode, join(f, e.key), "environment variable names must match %s", envNameRe)
-				} else if strings.HasPrefix(e.key, "JOBPLANE_") {
-					d.add(e.keyNode, join(f, e.key), "the JOBPLANE_ prefix is reserved for variables set by jobplane")
+				if !envNameRe.MatchString(e.Key) {
+					d.Add(e.KeyNode, yamlpos.Join(f, e.Key), "environment variable names must match %s", envNameRe)
+				} else if strings.HasPrefix(e.Key, "JOBPLANE_") {
+					d.Add(e.KeyNode, yamlpos.Join(f, e.Key), "the JOBPLANE_ prefix is reserved for variables set by jobplane")
 				}
 			}
 		},
 		"timeout": func(v ast.Node, f string) {
-			if t, ok := d.duration(v, f); ok {
+			if t, ok := d.Duration(v, f); ok {
 				j.Run.Timeout = t
 				if t <= 0 {
-					d.add(v, f, "must be greater than 0")
+					d.Add(v, f, "must be greater than 0")
 				}
 			}
 		},
 		"lease_ttl": func(v ast.Node, f string) {
-			if t, ok := d.duration(v, f); ok {
+			if t, ok := d.Duration(v, f); ok {
 				j.Run.LeaseTTL = t
 				if t < MinLeaseTTL || t > MaxLeaseTTL {
-					d.add(v, f, "must be between %s and %s", MinLeaseTTL, MaxLeaseTTL)
+					d.Add(v, f, "must be between %s and %s", MinLeaseTTL, MaxLeaseTTL)
 				}
 			}
 		},
 	})
 	if ok && !present["command"] {
-		d.add(n, join(field, "command"), "is required")
+		d.Add(n, yamlpos.Join(field, "command"), "is required")
 	}
 }
 
-func (j *Job) parseRunsOn(d *decoder, n ast.Node, field string) {
-	d.object(n, field, 1, map[string]func(ast.Node, string){
+func (j *Job) parseRunsOn(d *yamlpos.Decoder, n ast.Node, field string) {
+	d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"pool": func(v ast.Node, f string) {
-			if s, ok := d.str(v, f); ok {
+			if s, ok := d.Str(v, f); ok {
 				if s == "" {
-					d.add(v, f, "must not be empty")
+					d.Add(v, f, "must not be empty")
 					return
 				}
 				j.RunsOn.Pool = s
 			}
 		},
-		"labels": func(v ast.Node, f string) { j.RunsOn.Labels = d.strList(v, f) },
+		"labels": func(v ast.Node, f string) { j.RunsOn.Labels = d.StrList(v, f) },
 	})
 }
 
-func (j *Job) parseRetries(d *decoder, n ast.Node, field string) {
-	d.object(n, field, 1, map[string]func(ast.Node, string){
+func (j *Job) parseRetries(d *yamlpos.Decoder, n ast.Node, field string) {
+	d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"max_attempts": func(v ast.Node, f string) {
-			if i, ok := d.integer(v, f); ok {
+			if i, ok := d.Integer(v, f); ok {
 				if i < 1 || i > MaxMaxAttempts {
-					d.add(v, f, "must be between 1 and %d", MaxMaxAttempts)
+					d.Add(v, f, "must be between 1 and %d", MaxMaxAttempts)
 					return
 				}
 				j.Retries.MaxAttempts = int(i)
 			}
 		},
 		"backoff": func(v ast.Node, f string) {
-			if t, ok := d.duration(v, f); ok {
+			if t, ok := d.Duration(v, f); ok {
 				if t < 0 {
-					d.add(v, f, "must not be negative")
+					d.Add(v, f, "must not be negative")
 					return
 				}
 				j.Retries.Backoff = t
@@ -288,45 +290,45 @@ func (j *Job) parseRetries(d *decoder, n ast.Node, field string) {
 }
 
 // parseLeases returns the key node of each lease kept, for later checks.
-func (j *Job) parseLeases(d *decoder, n ast.Node, field string) []ast.Node {
+func (j *Job) parseLeases(d *yamlpos.Decoder, n ast.Node, field string) []ast.Node {
 	var keys []ast.Node
-	items, _ := d.list(n, field)
+	items, _ := d.List(n, field)
 	for i, item := range items {
-		f := index(field, i)
+		f := yamlpos.Index(field, i)
 		l := Lease{OnConflict: "queue", Limit: 1}
 		var keyNode ast.Node
-		present, ok := d.object(item, f, 2, map[string]func(ast.Node, string){
+		present, ok := d.Object(item, f, 2, map[string]func(ast.Node, string){
 			"key": func(v ast.Node, f string) {
 				keyNode = v
-				if s, ok := d.str(v, f); ok {
+				if s, ok := d.Str(v, f); ok {
 					l.Key = s
 					checkLeaseTemplate(d, v, f, s)
 				}
 			},
 			"on_conflict": func(v ast.Node, f string) {
-				if s, ok := d.str(v, f); ok {
+				if s, ok := d.Str(v, f); ok {
 					if s != "queue" && s != "reject" {
-						d.add(v, f, "must be queue or reject, got %q", s)
+						d.Add(v, f, "must be queue or reject, got %q", s)
 					}
 					l.OnConflict = s
 				}
 			},
 			"limit": func(v ast.Node, f string) {
-				if x, ok := d.integer(v, f); ok {
+				if x, ok := d.Integer(v, f); ok {
 					if x < 1 || x > 1_000_000 {
-						d.add(v, f, "must be between 1 and 1000000")
+						d.Add(v, f, "must be between 1 and 1000000")
 						return
 					}
 					l.Limit = int(x)
 				}
 			},
-			"once": func(v ast.Node, f string) { l.Once, _ = d.boolean(v, f) },
+			"once": func(v ast.Node, f string) { l.Once, _ = d.Boolean(v, f) },
 		})
 		if !ok {
 			continue
 		}
 		if !present["key"] {
-			d.add(item, join(f, "key"), "is required")
+			d.Add(item, yamlpos.Join(f, "key"), "is required")
 		}
 		j.Leases = append(j.Leases, l)
 		keys = append(keys, keyNode)
@@ -336,14 +338,14 @@ func (j *Job) parseLeases(d *decoder, n ast.Node, field string) []ast.Node {
 
 // checkLeaseTemplate checks what can be checked before parameters are known:
 // the placeholders are known ones and the literal text is allowed in a key.
-func checkLeaseTemplate(d *decoder, n ast.Node, field, key string) {
+func checkLeaseTemplate(d *yamlpos.Decoder, n ast.Node, field, key string) {
 	if key == "" {
-		d.add(n, field, "must not be empty")
+		d.Add(n, field, "must not be empty")
 		return
 	}
 	literal := leasePlaceholderRe.ReplaceAllString(key, "")
 	if !leaseLiteralRe.MatchString(literal) {
-		d.add(n, field, "may contain only A-Z a-z 0-9 : . _ - and placeholders, got %q", key)
+		d.Add(n, field, "may contain only A-Z a-z 0-9 : . _ - and placeholders, got %q", key)
 	}
 	for _, ph := range leasePlaceholderRe.FindAllString(key, -1) {
 		name := ph[1 : len(ph)-1]
@@ -351,14 +353,14 @@ func checkLeaseTemplate(d *decoder, n ast.Node, field, key string) {
 		case name == "channel", name == "job", name == "window.date", name == "window.hour":
 		case strings.HasPrefix(name, "params.") && len(name) > len("params."):
 		default:
-			d.add(n, field, "unknown placeholder %s (use {params.X}, {channel}, {job}, {window.date} or {window.hour})", ph)
+			d.Add(n, field, "unknown placeholder %s (use {params.X}, {channel}, {job}, {window.date} or {window.hour})", ph)
 		}
 	}
 }
 
 // checkLeaseKeys catches {params.X} naming a parameter the schema does not
 // declare, which would otherwise fail every request at run time.
-func (j *Job) checkLeaseKeys(d *decoder, keys []ast.Node) {
+func (j *Job) checkLeaseKeys(d *yamlpos.Decoder, keys []ast.Node) {
 	var props map[string]any
 	if j.Params != nil {
 		var schema map[string]any
@@ -373,34 +375,34 @@ func (j *Job) checkLeaseKeys(d *decoder, keys []ast.Node) {
 				continue
 			}
 			if _, declared := props[name]; !declared {
-				d.add(keys[i], index("leases", i)+".key", "placeholder %s names no property of params", ph)
+				d.Add(keys[i], yamlpos.Index("leases", i)+".key", "placeholder %s names no property of params", ph)
 			}
 		}
 	}
 }
 
-func (j *Job) parseArtifacts(d *decoder, n ast.Node, field string) {
-	items, _ := d.list(n, field)
+func (j *Job) parseArtifacts(d *yamlpos.Decoder, n ast.Node, field string) {
+	items, _ := d.List(n, field)
 	seen := map[string]bool{}
 	for i, item := range items {
-		f := index(field, i)
+		f := yamlpos.Index(field, i)
 		var a Artifact
 		var nameNode ast.Node
-		present, ok := d.object(item, f, 2, map[string]func(ast.Node, string){
+		present, ok := d.Object(item, f, 2, map[string]func(ast.Node, string){
 			"name": func(v ast.Node, f string) {
 				nameNode = v
-				if s, ok := d.str(v, f); ok {
+				if s, ok := d.Str(v, f); ok {
 					a.Name = s
 					if !artifactNameRe.MatchString(s) {
-						d.add(v, f, "must match %s", artifactNameRe)
+						d.Add(v, f, "must match %s", artifactNameRe)
 					}
 				}
 			},
-			"role": func(v ast.Node, f string) { a.Role, _ = d.str(v, f) },
+			"role": func(v ast.Node, f string) { a.Role, _ = d.Str(v, f) },
 			"max_bytes": func(v ast.Node, f string) {
-				if x, ok := d.integer(v, f); ok {
+				if x, ok := d.Integer(v, f); ok {
 					if x < 1 {
-						d.add(v, f, "must be greater than 0")
+						d.Add(v, f, "must be greater than 0")
 					}
 					a.MaxBytes = x
 				}
@@ -410,47 +412,47 @@ func (j *Job) parseArtifacts(d *decoder, n ast.Node, field string) {
 			continue
 		}
 		if !present["name"] {
-			d.add(item, join(f, "name"), "is required")
+			d.Add(item, yamlpos.Join(f, "name"), "is required")
 		} else if seen[a.Name] {
-			d.add(nameNode, join(f, "name"), "duplicate artifact name %q", a.Name)
+			d.Add(nameNode, yamlpos.Join(f, "name"), "duplicate artifact name %q", a.Name)
 		}
 		seen[a.Name] = true
 		j.Artifacts = append(j.Artifacts, a)
 	}
 }
 
-func (j *Job) parseSchedule(d *decoder, n ast.Node, field string) {
+func (j *Job) parseSchedule(d *yamlpos.Decoder, n ast.Node, field string) {
 	s := &Schedule{TZ: "UTC", CatchUp: "latest"}
-	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+	present, ok := d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"cron": func(v ast.Node, f string) {
-			if c, ok := d.str(v, f); ok {
+			if c, ok := d.Str(v, f); ok {
 				s.Cron = c
 				// A TZ prefix would make the parser load zone files; the
 				// zone has its own field.
 				if strings.Contains(c, "TZ=") {
-					d.add(v, f, "set the time zone with schedule.tz, not in the expression")
+					d.Add(v, f, "set the time zone with schedule.tz, not in the expression")
 				} else if _, err := cron.ParseStandard(c); err != nil {
-					d.add(v, f, "invalid cron expression: %v", err)
+					d.Add(v, f, "invalid cron expression: %v", err)
 				}
 			}
 		},
 		"tz": func(v ast.Node, f string) {
-			if tz, ok := d.str(v, f); ok {
+			if tz, ok := d.Str(v, f); ok {
 				if tz == "" {
-					d.add(v, f, "must not be empty")
+					d.Add(v, f, "must not be empty")
 				}
 				s.TZ = tz
 			}
 		},
-		"channel": func(v ast.Node, f string) { s.Channel, _ = d.str(v, f) },
+		"channel": func(v ast.Node, f string) { s.Channel, _ = d.Str(v, f) },
 		"params": func(v ast.Node, f string) {
-			x, ok := d.value(v, f, 2)
+			x, ok := d.Value(v, f, 2)
 			if !ok {
 				return
 			}
 			raw, err := json.Marshal(x)
 			if err != nil {
-				d.add(v, f, "cannot encode params: %v", err)
+				d.Add(v, f, "cannot encode params: %v", err)
 				return
 			}
 			norm, err := j.ValidateParams(raw)
@@ -458,17 +460,17 @@ func (j *Job) parseSchedule(d *decoder, n ast.Node, field string) {
 			if errors.As(err, &pe) {
 				target := v
 				if pe.Field != "" {
-					target = d.lookup(v, strings.Split(pe.Field, "/"))
+					target = d.Lookup(v, strings.Split(pe.Field, "/"))
 				}
-				d.add(target, f, "%s", err.Error())
+				d.Add(target, f, "%s", err.Error())
 				return
 			}
 			s.Params = norm
 		},
 		"catch_up": func(v ast.Node, f string) {
-			if c, ok := d.str(v, f); ok {
+			if c, ok := d.Str(v, f); ok {
 				if c != "latest" && c != "none" && c != "all" {
-					d.add(v, f, "must be latest, none or all, got %q", c)
+					d.Add(v, f, "must be latest, none or all, got %q", c)
 				}
 				s.CatchUp = c
 			}
@@ -478,14 +480,14 @@ func (j *Job) parseSchedule(d *decoder, n ast.Node, field string) {
 		return
 	}
 	if !present["cron"] {
-		d.add(n, join(field, "cron"), "is required")
+		d.Add(n, yamlpos.Join(field, "cron"), "is required")
 	}
 	if !present["channel"] || s.Channel == "" {
-		d.add(n, join(field, "channel"), "is required")
+		d.Add(n, yamlpos.Join(field, "channel"), "is required")
 	}
 	if !present["params"] && j.schema != nil {
 		if norm, err := j.ValidateParams(nil); err != nil {
-			d.add(n, join(field, "params"), "%s", err.Error())
+			d.Add(n, yamlpos.Join(field, "params"), "%s", err.Error())
 		} else {
 			s.Params = norm
 		}
@@ -503,43 +505,43 @@ func (refuseLoader) Load(u string) (any, error) {
 	return nil, fmt.Errorf("external references are not allowed: %s", u)
 }
 
-func (j *Job) parseParams(d *decoder, n ast.Node, field string) {
-	v, ok := d.value(n, field, 1)
+func (j *Job) parseParams(d *yamlpos.Decoder, n ast.Node, field string) {
+	v, ok := d.Value(n, field, 1)
 	if !ok {
 		return
 	}
 	obj, isObj := v.(map[string]any)
 	if !isObj {
-		d.add(n, field, "must be a JSON Schema mapping, got %s", kindOf(d.resolve(n, field)))
+		d.Add(n, field, "must be a JSON Schema mapping, got %s", yamlpos.KindOf(d.Resolve(n, field)))
 		return
 	}
 	if t, has := obj["type"]; has && t != "object" {
-		d.add(d.lookup(n, []string{"type"}), join(field, "type"), "the params schema describes an object: type must be object")
+		d.Add(d.Lookup(n, []string{"type"}), yamlpos.Join(field, "type"), "the params schema describes an object: type must be object")
 		return
 	}
 	raw, err := json.Marshal(obj)
 	if err != nil {
-		d.add(n, field, "cannot encode schema: %v", err)
+		d.Add(n, field, "cannot encode schema: %v", err)
 		return
 	}
 	// Round-trip through JSON so numbers are json.Number, as the validator
 	// expects of documents, and defaults are what a JSON client would send.
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		d.add(n, field, "cannot encode schema: %v", err)
+		d.Add(n, field, "cannot encode schema: %v", err)
 		return
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(refuseLoader{})
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		d.add(n, field, "invalid schema: %v", err)
+		d.Add(n, field, "invalid schema: %v", err)
 		return
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
 		target, msg := schemaErrorAt(d, n, err)
-		d.add(target, field, "invalid schema: %s", msg)
+		d.Add(target, field, "invalid schema: %s", msg)
 		return
 	}
 	j.Params = raw
@@ -560,19 +562,19 @@ func (j *Job) parseParams(d *decoder, n ast.Node, field string) {
 
 // schemaErrorAt finds the schema node an error is about, so the error points
 // at the offending keyword's line rather than at "params:".
-func schemaErrorAt(d *decoder, n ast.Node, err error) (ast.Node, string) {
+func schemaErrorAt(d *yamlpos.Decoder, n ast.Node, err error) (ast.Node, string) {
 	var sve *jsonschema.SchemaValidationError
 	if errors.As(err, &sve) {
 		var ve *jsonschema.ValidationError
 		if errors.As(sve.Err, &ve) {
 			leaf := firstLeaf(ve)
-			return d.lookup(n, leaf.InstanceLocation), leaf.ErrorKind.LocalizedString(printer)
+			return d.Lookup(n, leaf.InstanceLocation), leaf.ErrorKind.LocalizedString(printer)
 		}
 		return n, sve.Err.Error()
 	}
 	var rex *jsonschema.InvalidRegexError
 	if errors.As(err, &rex) {
-		return d.lookup(n, fragmentTokens(rex.URL)), fmt.Sprintf("invalid regular expression %q: %v", rex.Regex, rex.Err)
+		return d.Lookup(n, fragmentTokens(rex.URL)), fmt.Sprintf("invalid regular expression %q: %v", rex.Regex, rex.Err)
 	}
 	var lue *jsonschema.LoadURLError
 	if errors.As(err, &lue) {

@@ -9,6 +9,7 @@ import (
 	"github.com/goccy/go-yaml/token"
 
 	"github.com/jobplane/jobplane/internal/policy"
+	"github.com/jobplane/jobplane/internal/yamlpos"
 )
 
 // Rule effects.
@@ -42,135 +43,135 @@ type (
 	RuleTrace = policy.RuleTrace
 )
 
-func (p *parse) parseGroups(d *decoder, body ast.Node) {
-	d.object(body, "", 0, map[string]func(ast.Node, string){
+func (p *parse) parseGroups(d *yamlpos.Decoder, body ast.Node) {
+	d.Object(body, "", 0, map[string]func(ast.Node, string){
 		"groups": func(v ast.Node, f string) {
-			es, _ := d.entries(v, f, 1)
+			es, _ := d.Entries(v, f, 1)
 			for _, e := range es {
-				gf := join(f, e.key)
-				if !ruleIDRe.MatchString(e.key) {
-					d.add(e.keyNode, gf, "group names must match %s", ruleIDRe)
+				gf := yamlpos.Join(f, e.Key)
+				if !ruleIDRe.MatchString(e.Key) {
+					d.Add(e.KeyNode, gf, "group names must match %s", ruleIDRe)
 					continue
 				}
-				g := &Group{Name: e.key}
-				if e.value != nil {
-					d.object(e.value, gf, 2, map[string]func(ast.Node, string){
+				g := &Group{Name: e.Key}
+				if e.Value != nil {
+					d.Object(e.Value, gf, 2, map[string]func(ast.Node, string){
 						"members": func(v ast.Node, f string) {
-							g.Members = d.strList(v, f)
+							g.Members = d.StrList(v, f)
 							for i, m := range g.Members {
 								if m == AnyUser {
-									d.add(v, index(f, i), "%q is not a member name", AnyUser)
+									d.Add(v, yamlpos.Index(f, i), "%q is not a member name", AnyUser)
 								}
 							}
 						},
 						"attributes": func(v ast.Node, f string) {
-							x, ok := d.value(v, f, 2)
+							x, ok := d.Value(v, f, 2)
 							if !ok {
 								return
 							}
 							m, isMap := x.(map[string]any)
 							if !isMap {
-								d.add(v, f, "must be a mapping")
+								d.Add(v, f, "must be a mapping")
 								return
 							}
 							g.Attributes = m
 						},
 					})
 				}
-				p.cat.groups[e.key] = g
+				p.cat.groups[e.Key] = g
 			}
 		},
 	})
 }
 
-func (p *parse) parsePolicy(d *decoder, body ast.Node) {
+func (p *parse) parsePolicy(d *yamlpos.Decoder, body ast.Node) {
 	var ruleNodes []ast.Node
-	present, ok := d.object(body, "", 0, map[string]func(ast.Node, string){
-		"rules": func(v ast.Node, f string) { ruleNodes, _ = d.list(v, f) },
+	present, ok := d.Object(body, "", 0, map[string]func(ast.Node, string){
+		"rules": func(v ast.Node, f string) { ruleNodes, _ = d.List(v, f) },
 	})
 	if !ok {
 		return
 	}
 	if !present["rules"] {
-		d.add(body, "rules", "is required")
+		d.Add(body, "rules", "is required")
 	}
 	if p.ruleIDs == nil {
 		p.ruleIDs = map[string]*Rule{}
 	}
 	for i, n := range ruleNodes {
-		p.parseRule(d, n, index("rules", i))
+		p.parseRule(d, n, yamlpos.Index("rules", i))
 	}
 }
 
-func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
-	line, _ := position(d.resolve(n, field))
-	r := &Rule{File: d.file, Line: line, Effect: EffectAllow}
+func (p *parse) parseRule(d *yamlpos.Decoder, n ast.Node, field string) {
+	line, _ := yamlpos.Position(d.Resolve(n, field))
+	r := &Rule{File: d.File, Line: line, Effect: EffectAllow}
 	var idNode ast.Node
 	// nodes keeps where each policy-engine field was written, so that the
 	// problems CompileRule finds point at their line and column.
 	nodes := map[string]ast.Node{}
-	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+	present, ok := d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"id": func(v ast.Node, f string) {
 			idNode = v
-			if s, ok := d.str(v, f); ok {
+			if s, ok := d.Str(v, f); ok {
 				r.ID = s
 				if !ruleIDRe.MatchString(s) {
-					d.add(v, f, "must match %s", ruleIDRe)
+					d.Add(v, f, "must match %s", ruleIDRe)
 				}
 			}
 		},
 		"effect": func(v ast.Node, f string) {
-			if s, ok := d.str(v, f); ok {
+			if s, ok := d.Str(v, f); ok {
 				if s != EffectAllow && s != EffectDeny {
-					d.add(v, f, "must be allow or deny, got %q", s)
+					d.Add(v, f, "must be allow or deny, got %q", s)
 				}
 				r.Effect = s
 			}
 		},
 		"jobs": func(v ast.Node, f string) {
-			items, _ := d.list(v, f)
+			items, _ := d.List(v, f)
 			for i, item := range items {
-				s, ok := d.str(item, index(f, i))
+				s, ok := d.Str(item, yamlpos.Index(f, i))
 				if !ok {
 					continue
 				}
 				if _, err := path.Match(s, ""); err != nil || s == "" {
-					d.add(item, index(f, i), "invalid job name or glob %q", s)
+					d.Add(item, yamlpos.Index(f, i), "invalid job name or glob %q", s)
 					continue
 				}
 				r.Jobs = append(r.Jobs, s)
 			}
 		},
-		"channels": func(v ast.Node, f string) { r.Channels = d.strList(v, f) },
+		"channels": func(v ast.Node, f string) { r.Channels = d.StrList(v, f) },
 		"groups": func(v ast.Node, f string) {
-			items, _ := d.list(v, f)
+			items, _ := d.List(v, f)
 			for i, item := range items {
-				if s, ok := d.str(item, index(f, i)); ok {
+				if s, ok := d.Str(item, yamlpos.Index(f, i)); ok {
 					r.Groups = append(r.Groups, s)
-					p.ref(d, s, item, index(f, i))
+					p.ref(d, s, item, yamlpos.Index(f, i))
 				}
 			}
 		},
-		"users": func(v ast.Node, f string) { r.Users = d.strList(v, f) },
+		"users": func(v ast.Node, f string) { r.Users = d.StrList(v, f) },
 		"when": func(v ast.Node, f string) {
 			nodes["when"] = v
-			r.When, _ = d.str(v, f)
+			r.When, _ = d.Str(v, f)
 		},
 		"hours": func(v ast.Node, f string) {
 			nodes["hours"] = v
 			h := &Hours{}
-			d.object(v, f, 2, map[string]func(ast.Node, string){
-				"tz":   func(v ast.Node, f string) { nodes["hours.tz"] = v; h.TZ, _ = d.str(v, f) },
-				"from": func(v ast.Node, f string) { nodes["hours.from"] = v; h.From, _ = d.str(v, f) },
-				"to":   func(v ast.Node, f string) { nodes["hours.to"] = v; h.To, _ = d.str(v, f) },
+			d.Object(v, f, 2, map[string]func(ast.Node, string){
+				"tz":   func(v ast.Node, f string) { nodes["hours.tz"] = v; h.TZ, _ = d.Str(v, f) },
+				"from": func(v ast.Node, f string) { nodes["hours.from"] = v; h.From, _ = d.Str(v, f) },
+				"to":   func(v ast.Node, f string) { nodes["hours.to"] = v; h.To, _ = d.Str(v, f) },
 				"days": func(v ast.Node, f string) {
 					nodes["hours.days"] = v
-					if items, ok := d.list(v, f); ok {
+					if items, ok := d.List(v, f); ok {
 						for i, item := range items {
-							nodes[index("hours.days", i)] = item
+							nodes[yamlpos.Index("hours.days", i)] = item
 						}
 					}
-					h.Days = d.strList(v, f)
+					h.Days = d.StrList(v, f)
 				},
 			})
 			r.Hours = h
@@ -178,26 +179,26 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 		"approval": func(v ast.Node, f string) {
 			nodes["approval"] = v
 			a := &Approval{}
-			d.object(v, f, 2, map[string]func(ast.Node, string){
+			d.Object(v, f, 2, map[string]func(ast.Node, string){
 				"count": func(v ast.Node, f string) {
 					nodes["approval.count"] = v
-					c, _ := d.integer(v, f)
+					c, _ := d.Integer(v, f)
 					a.Count = int(min(max(c, 0), 1000))
 				},
 				"groups": func(v ast.Node, f string) {
 					nodes["approval.groups"] = v
-					items, _ := d.list(v, f)
+					items, _ := d.List(v, f)
 					for i, item := range items {
-						s, ok := d.str(item, index(f, i))
+						s, ok := d.Str(item, yamlpos.Index(f, i))
 						if !ok {
 							continue
 						}
 						if s == "" {
-							d.add(item, index(f, i), "must not be empty")
+							d.Add(item, yamlpos.Index(f, i), "must not be empty")
 							continue
 						}
 						a.Groups = append(a.Groups, s)
-						p.ref(d, s, item, index(f, i))
+						p.ref(d, s, item, yamlpos.Index(f, i))
 					}
 				},
 			})
@@ -205,29 +206,29 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 		},
 		"grants": func(v ast.Node, f string) {
 			nodes["grants"] = v
-			if es, ok := d.entries(v, f, 2); ok {
+			if es, ok := d.Entries(v, f, 2); ok {
 				for _, e := range es {
-					nodes["grants."+e.key] = e.keyNode
+					nodes["grants."+e.Key] = e.KeyNode
 				}
 			}
-			r.Grants = d.strMap(v, f, 2)
+			r.Grants = d.StrMap(v, f, 2)
 		},
 	})
 	if !ok {
 		return
 	}
 	if !present["id"] {
-		d.add(n, join(field, "id"), "is required")
+		d.Add(n, yamlpos.Join(field, "id"), "is required")
 	} else if first, dup := p.ruleIDs[r.ID]; dup && r.ID != "" {
-		d.add(idNode, join(field, "id"), "duplicate rule id %q (first defined at %s:%d)", r.ID, first.File, first.Line)
+		d.Add(idNode, yamlpos.Join(field, "id"), "duplicate rule id %q (first defined at %s:%d)", r.ID, first.File, first.Line)
 	} else {
 		p.ruleIDs[r.ID] = r
 	}
 	if !present["jobs"] {
-		d.add(n, join(field, "jobs"), "is required (use [\"*\"] for every job)")
+		d.Add(n, yamlpos.Join(field, "jobs"), "is required (use [\"*\"] for every job)")
 	}
 	if !present["groups"] && !present["users"] {
-		d.add(n, field, "must name groups or users")
+		d.Add(n, field, "must name groups or users")
 	}
 	p.cat.rules = append(p.cat.rules, r)
 	p.compileRule(d, n, field, r, nodes)
@@ -237,13 +238,13 @@ func (p *parse) parseRule(d *decoder, n ast.Node, field string) {
 // compiles when, hours, approval and grants, and maps its problems back to
 // the YAML. Problems about fields the catalog already checked are dropped so
 // each mistake is reported once.
-func (p *parse) compileRule(d *decoder, n ast.Node, field string, r *Rule, nodes map[string]ast.Node) {
+func (p *parse) compileRule(d *yamlpos.Decoder, n ast.Node, field string, r *Rule, nodes map[string]ast.Node) {
 	c, probs := policy.CompileRule(*r)
 	for _, pr := range probs {
 		if pr.Field == "" || pr.Field == "effect" || strings.HasPrefix(pr.Field, "jobs") {
 			continue
 		}
-		f := join(field, pr.Field)
+		f := yamlpos.Join(field, pr.Field)
 		node := nodes[pr.Field]
 		if node == nil {
 			// A sub-field that was absent: point at its parent.
@@ -253,11 +254,11 @@ func (p *parse) compileRule(d *decoder, n ast.Node, field string, r *Rule, nodes
 		if node == nil {
 			node = n
 		}
-		line, col := position(node)
+		line, col := yamlpos.Position(node)
 		if pr.Field == "when" && pr.Line > 0 {
 			line, col = whenPosition(node, pr.Line, pr.Column)
 		}
-		d.errs = append(d.errs, Error{File: d.file, Line: line, Column: col, Field: f, Message: pr.Message})
+		d.Errs = append(d.Errs, Error{File: d.File, Line: line, Column: col, Field: f, Message: pr.Message})
 	}
 	if c != nil {
 		p.compiled = append(p.compiled, c)
@@ -280,7 +281,7 @@ func whenPosition(n ast.Node, line, col int) (int, int) {
 		}
 		n0 = a.Value
 	}
-	l, c := position(n0)
+	l, c := yamlpos.Position(n0)
 	switch v := n0.(type) {
 	case *ast.LiteralNode:
 		// The parser keeps no position for the first content line, so

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/jobplane/jobplane/internal/yamlpos"
 )
 
 // Expectations of a policy test.
@@ -45,7 +47,7 @@ type PolicyTest struct {
 
 // testCheck is what must be checked of a test once every job is known.
 type testCheck struct {
-	d          *decoder
+	d          *yamlpos.Decoder
 	field      string // tests[i]
 	test       *PolicyTest
 	nameNode   ast.Node
@@ -62,81 +64,81 @@ func (c *Catalog) Tests() []*PolicyTest {
 	return slices.Clone(c.tests)
 }
 
-func (p *parse) parseTests(d *decoder, body ast.Node) {
+func (p *parse) parseTests(d *yamlpos.Decoder, body ast.Node) {
 	var nodes []ast.Node
-	present, ok := d.object(body, "", 0, map[string]func(ast.Node, string){
-		"tests": func(v ast.Node, f string) { nodes, _ = d.list(v, f) },
+	present, ok := d.Object(body, "", 0, map[string]func(ast.Node, string){
+		"tests": func(v ast.Node, f string) { nodes, _ = d.List(v, f) },
 	})
 	if !ok {
 		return
 	}
 	if !present["tests"] {
-		d.add(body, "tests", "is required")
+		d.Add(body, "tests", "is required")
 	}
 	for i, n := range nodes {
-		p.parseTest(d, n, index("tests", i))
+		p.parseTest(d, n, yamlpos.Index("tests", i))
 	}
 }
 
-func (p *parse) parseTest(d *decoder, n ast.Node, field string) {
-	line, _ := position(d.resolve(n, field))
-	t := &PolicyTest{File: d.file, Line: line, Request: Request{Ref: ReferenceRef, Now: ReferenceTime}}
+func (p *parse) parseTest(d *yamlpos.Decoder, n ast.Node, field string) {
+	line, _ := yamlpos.Position(d.Resolve(n, field))
+	t := &PolicyTest{File: d.File, Line: line, Request: Request{Ref: ReferenceRef, Now: ReferenceTime}}
 	chk := testCheck{d: d, test: t, field: field}
 	var reqPresent map[string]bool
-	present, ok := d.object(n, field, 1, map[string]func(ast.Node, string){
+	present, ok := d.Object(n, field, 1, map[string]func(ast.Node, string){
 		"name": func(v ast.Node, f string) {
 			chk.nameNode = v
-			t.Name, _ = d.str(v, f)
+			t.Name, _ = d.Str(v, f)
 		},
 		"expect": func(v ast.Node, f string) {
-			if s, ok := d.str(v, f); ok {
+			if s, ok := d.Str(v, f); ok {
 				if s != ExpectAllow && s != ExpectDeny && s != ExpectApproval {
-					d.add(v, f, "must be allow, deny or approval, got %q", s)
+					d.Add(v, f, "must be allow, deny or approval, got %q", s)
 				}
 				t.Expect = s
 			}
 		},
 		"grants": func(v ast.Node, f string) {
-			t.Grants = d.strMap(v, f, 2)
-			es, _ := d.entries(v, f, 2)
+			t.Grants = d.StrMap(v, f, 2)
+			es, _ := d.Entries(v, f, 2)
 			for _, e := range es {
-				if s := t.Grants[e.key]; e.value != nil && s != "read" && s != "write" {
-					d.add(e.value, join(f, e.key), "must be read or write, got %q", s)
+				if s := t.Grants[e.Key]; e.Value != nil && s != "read" && s != "write" {
+					d.Add(e.Value, yamlpos.Join(f, e.Key), "must be read or write, got %q", s)
 				}
 			}
 		},
 		"request": func(v ast.Node, f string) {
-			reqPresent, _ = d.object(v, f, 2, map[string]func(ast.Node, string){
-				"actor": func(v ast.Node, f string) { t.Request.Actor, _ = d.str(v, f) },
+			reqPresent, _ = d.Object(v, f, 2, map[string]func(ast.Node, string){
+				"actor": func(v ast.Node, f string) { t.Request.Actor, _ = d.Str(v, f) },
 				"job": func(v ast.Node, f string) {
 					chk.jobNode = v
-					t.Request.Job, _ = d.str(v, f)
+					t.Request.Job, _ = d.Str(v, f)
 				},
-				"channel": func(v ast.Node, f string) { t.Request.Channel, _ = d.str(v, f) },
+				"channel": func(v ast.Node, f string) { t.Request.Channel, _ = d.Str(v, f) },
 				"actor_kind": func(v ast.Node, f string) {
-					if s, ok := d.str(v, f); ok {
+					if s, ok := d.Str(v, f); ok {
 						if s != "user" && s != "service" {
-							d.add(v, f, "must be user or service, got %q", s)
+							d.Add(v, f, "must be user or service, got %q", s)
 						}
 						t.Request.ActorKind = s
 					}
 				},
 				"params": func(v ast.Node, f string) {
 					chk.paramsNode = v
-					if x, ok := d.value(v, f, 3); ok {
+					if x, ok := d.Value(v, f, 3); ok {
 						if m, isMap := x.(map[string]any); isMap {
 							chk.params = m
 						} else {
-							d.add(v, f, "must be a mapping")
+							d.Add(v, f, "must be a mapping")
 						}
 					}
 				},
 				"source": func(v ast.Node, f string) {
-					if x, ok := d.value(v, f, 3); ok {
+					if x, ok := d.Value(v, f, 3); ok {
 						if m, isMap := x.(map[string]any); isMap {
 							t.Request.Source = jsonRoundTrip(m)
 						} else {
-							d.add(v, f, "must be a mapping")
+							d.Add(v, f, "must be a mapping")
 						}
 					}
 				},
@@ -145,17 +147,17 @@ func (p *parse) parseTest(d *decoder, n ast.Node, field string) {
 					// names a feature branch means an unprotected one
 					// unless it says otherwise.
 					t.Request.Ref = Ref{}
-					d.object(v, f, 3, map[string]func(ast.Node, string){
-						"branch":    func(v ast.Node, f string) { t.Request.Ref.Branch, _ = d.str(v, f) },
-						"protected": func(v ast.Node, f string) { t.Request.Ref.Protected, _ = d.boolean(v, f) },
-						"commit":    func(v ast.Node, f string) { t.Request.Ref.Commit, _ = d.str(v, f) },
+					d.Object(v, f, 3, map[string]func(ast.Node, string){
+						"branch":    func(v ast.Node, f string) { t.Request.Ref.Branch, _ = d.Str(v, f) },
+						"protected": func(v ast.Node, f string) { t.Request.Ref.Protected, _ = d.Boolean(v, f) },
+						"commit":    func(v ast.Node, f string) { t.Request.Ref.Commit, _ = d.Str(v, f) },
 					})
 				},
 				"now": func(v ast.Node, f string) {
-					if s, ok := d.str(v, f); ok {
+					if s, ok := d.Str(v, f); ok {
 						now, err := time.Parse(time.RFC3339, s)
 						if err != nil {
-							d.add(v, f, "must be an RFC 3339 time like 2026-01-05T12:00:00Z, got %q", s)
+							d.Add(v, f, "must be an RFC 3339 time like 2026-01-05T12:00:00Z, got %q", s)
 							return
 						}
 						t.Request.Now = now
@@ -169,13 +171,13 @@ func (p *parse) parseTest(d *decoder, n ast.Node, field string) {
 	}
 	for _, k := range []string{"name", "request", "expect"} {
 		if !present[k] {
-			d.add(n, join(field, k), "is required")
+			d.Add(n, yamlpos.Join(field, k), "is required")
 		}
 	}
 	if present["request"] {
 		for _, k := range []string{"actor", "job", "channel"} {
 			if !reqPresent[k] {
-				d.add(n, join(field, "request."+k), "is required")
+				d.Add(n, yamlpos.Join(field, "request."+k), "is required")
 			}
 		}
 	}
@@ -188,7 +190,7 @@ func (p *parse) parseTest(d *decoder, n ast.Node, field string) {
 		}
 	}
 	if t.Expect == ExpectDeny && t.Grants != nil {
-		d.add(n, join(field, "grants"), "a denied request has no grants")
+		d.Add(n, yamlpos.Join(field, "grants"), "a denied request has no grants")
 	}
 	p.cat.tests = append(p.cat.tests, t)
 	p.testChecks = append(p.testChecks, chk)
@@ -203,8 +205,8 @@ func (p *parse) checkTests() {
 	for _, c := range p.testChecks {
 		t := c.test
 		if first, dup := seen[t.Name]; dup && t.Name != "" {
-			line, col := position(c.nameNode)
-			p.errs = append(p.errs, Error{File: t.File, Line: line, Column: col, Field: join(c.field, "name"),
+			line, col := yamlpos.Position(c.nameNode)
+			p.errs = append(p.errs, Error{File: t.File, Line: line, Column: col, Field: yamlpos.Join(c.field, "name"),
 				Message: fmt.Sprintf("duplicate test name %q (first defined at %s:%d)", t.Name, first.File, first.Line)})
 		} else {
 			seen[t.Name] = t
@@ -214,8 +216,8 @@ func (p *parse) checkTests() {
 		}
 		j, ok := p.cat.jobs[t.Request.Job]
 		if !ok {
-			line, col := position(c.jobNode)
-			p.errs = append(p.errs, Error{File: t.File, Line: line, Column: col, Field: join(c.field, "request.job"),
+			line, col := yamlpos.Position(c.jobNode)
+			p.errs = append(p.errs, Error{File: t.File, Line: line, Column: col, Field: yamlpos.Join(c.field, "request.job"),
 				Message: fmt.Sprintf("unknown job %q (jobs are defined in %s%s.yaml)", t.Request.Job, JobsDir, t.Request.Job)})
 			continue
 		}
@@ -226,16 +228,16 @@ func (p *parse) checkTests() {
 		norm, err := j.ValidateParams(raw)
 		var pe *ParamsError
 		if errors.As(err, &pe) {
-			target, field := c.paramsNode, join(c.field, "request.params")
+			target, field := c.paramsNode, yamlpos.Join(c.field, "request.params")
 			if pe.Field != "" {
 				field += "." + strings.ReplaceAll(pe.Field, "/", ".")
 			}
 			if target == nil {
 				target = c.jobNode
 			} else if pe.Field != "" {
-				target = c.d.lookup(target, strings.Split(pe.Field, "/"))
+				target = c.d.Lookup(target, strings.Split(pe.Field, "/"))
 			}
-			line, col := position(target)
+			line, col := yamlpos.Position(target)
 			p.errs = append(p.errs, Error{File: t.File, Line: line, Column: col, Field: field,
 				Message: pe.Message})
 			continue
