@@ -54,6 +54,10 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/run/connectors", h.job(h.runConnectors))
 	m.HandleFunc("PUT /v1/secrets/{name}", h.user(h.setSecret))
 	m.HandleFunc("GET /v1/audit", h.user(h.listAudit))
+	m.HandleFunc("GET /v1/leases", h.user(h.listLeases))
+	m.HandleFunc("GET /v1/leases/{key}", h.user(h.showLease))
+	m.HandleFunc("POST /v1/leases/{key}/release", h.user(h.releaseLease))
+	m.HandleFunc("POST /v1/leases/verify", h.verifyLease)
 	m.HandleFunc("GET /v1/jobs", h.user(h.listJobs))
 	m.HandleFunc("GET /v1/jobs/{name}", h.user(h.getJob))
 	m.HandleFunc("GET /v1/catalogs", h.user(h.listCatalogs))
@@ -251,6 +255,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	var fe *control.FieldError
 	if errors.As(err, &fe) {
 		p.Field = fe.Field
+	}
+	var re *control.RunRefError
+	if errors.As(err, &re) {
+		p.RunID = re.RunID
 	}
 	var de *control.DeniedError
 	if errors.As(err, &de) {

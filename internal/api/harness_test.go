@@ -91,8 +91,14 @@ type testEnv struct {
 
 func newEnv(t *testing.T, st store.Store) *testEnv {
 	t.Helper()
+	return newEnvFiles(t, st, testDefinitions)
+}
+
+// newEnvFiles is newEnv over another definitions repository.
+func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv {
+	t.Helper()
 	repo := t.TempDir()
-	_, err := gitsync.InitRepo(repo, "main", testDefinitions, "init")
+	_, err := gitsync.InitRepo(repo, "main", files, "init")
 	require.NoError(t, err)
 	defs, err := server.OpenDefinitions(repo, map[string]string{"prod": "main"})
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package apiclient
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -237,4 +238,45 @@ func (c *Client) Audit(ctx context.Context, after int64, limit int) (*protocol.A
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Leases lists held lease keys starting with prefix.
+func (c *Client) Leases(ctx context.Context, prefix string) (json.RawMessage, error) {
+	var q url.Values
+	if prefix != "" {
+		q = url.Values{"prefix": {prefix}}
+	}
+	var out json.RawMessage
+	if err := c.do(ctx, http.MethodGet, q, nil, &out, "v1", "leases"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Lease shows one key: holders with fencing tokens, waiting runs.
+func (c *Client) Lease(ctx context.Context, key string) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.do(ctx, http.MethodGet, nil, nil, &out, "v1", "leases", key); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseLease force-releases a key (admin); the reason is required.
+func (c *Client) ReleaseLease(ctx context.Context, key, reason string) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.do(ctx, http.MethodPost, nil, map[string]string{"reason": reason}, &out, "v1", "leases", key, "release"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// VerifyLease asks whether a fencing token is still its key's current holder's.
+func (c *Client) VerifyLease(ctx context.Context, key string, token int64) (bool, string, error) {
+	var out struct {
+		Current bool   `json:"current"`
+		RunID   string `json:"run_id"`
+	}
+	err := c.do(ctx, http.MethodPost, nil, map[string]any{"key": key, "fencing_token": token}, &out, "v1", "leases", "verify")
+	return out.Current, out.RunID, err
 }

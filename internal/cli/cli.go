@@ -54,6 +54,7 @@ type cliRoot struct {
 	Runners    RunnersCmd    `cmd:"" help:"Manage runners and registration tokens."`
 	Principals PrincipalsCmd `cmd:"" help:"Manage principals (admin)."`
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
+	Leases     LeasesCmd     `cmd:"" help:"Show run leases, or force-release one (admin)."`
 	Catalogs   CatalogsCmd   `cmd:"" help:"Show each channel's active and rejected commits, or sync now (admin)."`
 	Jobs       JobsCmd       `cmd:"" help:"List a channel's jobs or show one: definition, owners, runbook, who may run it."`
 	Validate   ValidateCmd   `cmd:"" help:"Validate a definitions repository (a directory on disk or a revision) and run its policy tests."`

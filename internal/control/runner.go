@@ -198,6 +198,14 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			revoked = true
 			return nil
 		}
+		held, blocked, err := s.acquireKeys(ctx, tx, r, a)
+		if err != nil {
+			return err
+		}
+		if blocked {
+			revoked = true // try the next eligible attempt
+			return nil
+		}
 		if r.State == store.RunQueued {
 			r.State = store.RunRunning
 			r.UpdatedAt = *a.ClaimedAt
@@ -212,6 +220,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		if err != nil {
 			return err
 		}
+		asg.Leases = fencedKeys(held)
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
@@ -260,7 +269,21 @@ func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID
 			return err
 		}
 		asg, err = s.assignment(r, a, token)
-		return err
+		if err != nil {
+			return err
+		}
+		holds, err := tx.LeaseList(ctx, r.Tenant, "")
+		if err != nil {
+			return err
+		}
+		var mine []store.LeaseHold
+		for _, h := range holds {
+			if h.AttemptID == a.ID {
+				mine = append(mine, h)
+			}
+		}
+		asg.Leases = fencedKeys(mine)
+		return nil
 	})
 	return asg, mapStoreErr(err)
 }
@@ -512,6 +535,9 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 		a.Result = result
 	}
 	if err := tx.AttemptUpdate(ctx, a); err != nil {
+		return err
+	}
+	if err := s.releaseKeys(ctx, tx, r, a); err != nil {
 		return err
 	}
 	spec, err := runSpec(r)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -78,6 +79,18 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 	}
 	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": ref, "commit": cat.Commit()})
 	now := s.clock.Now()
+	keys, err := lease.Render(spec.Leases, lease.Vars{Params: params, Channel: req.Channel, Job: req.Job, Window: now})
+	if err != nil {
+		var pe *lease.ParamError
+		if errors.As(err, &pe) {
+			return nil, false, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+		}
+		return nil, false, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+	}
+	keysJSON, err := json.Marshal(keys)
+	if err != nil {
+		return nil, false, err
+	}
 	decision := cat.Decide(DecisionRequest{
 		Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind, Params: params,
 		Ref: Ref{Branch: ref, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now,
@@ -98,7 +111,7 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 		ID: id.New(id.Run, now), Tenant: actor.TenantID, Job: req.Job, Channel: req.Channel, Ref: ref,
 		Commit: cat.Commit(), Params: params, Actor: actor.Name, Reason: req.Reason, Source: source,
 		IdempotencyKey: req.IdempotencyKey, Decision: decisionJSON, Grants: grantsJSON,
-		LeaseKeys: json.RawMessage(`[]`), Spec: specJSON, MaxAttempts: max(spec.MaxAttempts, 1),
+		LeaseKeys: keysJSON, Spec: specJSON, MaxAttempts: max(spec.MaxAttempts, 1),
 	}
 	switch {
 	case !decision.Allowed:
@@ -117,6 +130,8 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 		run.CreatedAt, run.UpdatedAt = t, t
 		if !decision.Allowed {
 			run.FinishedAt = &t
+		} else if err := s.checkKeys(ctx, tx, run.Tenant, keys); err != nil {
+			return err
 		}
 		if err := tx.RunCreate(ctx, run); err != nil {
 			return err

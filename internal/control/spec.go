@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/lease"
 )
 
 // Spec is the part of a job definition a run executes, pinned on the run at
@@ -23,6 +24,8 @@ type Spec struct {
 	// Connectors the job declares, with the level it asks for and the
 	// connector's definition at the pinned commit.
 	Connectors map[string]SpecConnector `json:"connectors,omitempty"`
+	// Leases are the job's lease key templates.
+	Leases []lease.Template `json:"leases,omitempty"`
 }
 
 // SpecConnector is one connector a job declares.

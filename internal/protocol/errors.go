@@ -51,6 +51,8 @@ var (
 	ErrUnknownJob               = newErr(http.StatusNotFound, CodeUnknownJob, "Unknown job")
 	ErrUnknownChannel           = newErr(http.StatusNotFound, CodeUnknownChannel, "Unknown channel")
 	ErrCatalogUnavailable       = newErr(http.StatusServiceUnavailable, CodeCatalogUnavailable, "Catalog unavailable")
+	ErrLeaseHeld                = newErr(http.StatusConflict, CodeLeaseHeld, "Lease held")
+	ErrAlreadyDone              = newErr(http.StatusConflict, CodeAlreadyDone, "Already done")
 	ErrSelfApproval             = newErr(http.StatusForbidden, CodeSelfApproval, "Self-approval")
 	ErrNotAnApprover            = newErr(http.StatusForbidden, CodeNotAnApprover, "Not an approver")
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/catalog"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -128,7 +129,12 @@ func (p *pinned) Job(name string) (control.Spec, bool) {
 		}
 		conns[name] = control.SpecConnector{Declared: level, Def: def}
 	}
+	var leases []lease.Template
+	for _, l := range j.Leases {
+		leases = append(leases, lease.Template{Key: l.Key, OnConflict: l.OnConflict, Limit: l.Limit, Once: l.Once})
+	}
 	return control.Spec{
+		Leases:     leases,
 		Connectors: conns,
 		Name:       j.Name, Command: j.Run.Command, Env: j.Run.Env,
 		Timeout: control.Duration(j.Run.Timeout), LeaseTTL: control.Duration(j.Run.LeaseTTL),

@@ -139,6 +139,9 @@ type Attempt struct {
 	EndedAt        *time.Time
 	Result         json.RawMessage
 	CreatedAt      time.Time
+	// BlockedOn is the lease key a queued attempt waits for; AttemptClaim
+	// skips it until a release of that key clears it (no rescans).
+	BlockedOn string
 }
 
 // Runner is a registered execution agent.
@@ -243,6 +246,45 @@ type Credential struct {
 	Failures int
 }
 
+// LeaseKey is one run lease key as rendered for a run at request time and
+// kept, as a JSON list, in Run.LeaseKeys.
+type LeaseKey struct {
+	Key        string `json:"key"`
+	Limit      int    `json:"limit"`       // holders at once, >= 1
+	OnConflict string `json:"on_conflict"` // queue | reject
+	Once       bool   `json:"once,omitempty"`
+}
+
+// LeaseHold is one holder of a run lease key (one slot of a semaphore).
+type LeaseHold struct {
+	Tenant       string
+	Key          string
+	Slot         int
+	RunID        string
+	AttemptID    string
+	RunnerID     string // of the holding attempt
+	FencingToken int64
+	AcquiredAt   time.Time
+	ExpiresAt    *time.Time // the holding attempt's lease expiry
+}
+
+// LeaseKeyState is a key's fencing counter and "once" bookkeeping.
+type LeaseKeyState struct {
+	Tenant           string
+	Key              string
+	LastFencingToken int64
+	ConsumedByRun    string // the run that consumed a once key, or ""
+}
+
+// LeaseAcquireParams asks for every key of a run for its attempt.
+type LeaseAcquireParams struct {
+	Tenant    string
+	RunID     string
+	AttemptID string
+	Keys      []LeaseKey
+	Now       *time.Time
+}
+
 // Params of the methods.
 
 // AttemptClaimParams selects and leases the oldest eligible queued attempt.
@@ -321,7 +363,7 @@ type Queries interface {
 	ApprovalListByRun(ctx context.Context, runID string) ([]*Approval, error)
 
 	// AttemptClaim leases the oldest eligible queued attempt (NotBefore <= now,
-	// tenant and pool equal, labels a subset of the runner's) to the runner in
+	// BlockedOn empty, tenant and pool equal, labels a subset of the runner's) to the runner in
 	// one statement: state leased, ClaimedAt and HeartbeatAt now, Deadline now +
 	// Timeout, LeaseExpiresAt min(now + LeaseTTL, Deadline). On PostgreSQL it
 	// uses FOR UPDATE SKIP LOCKED. ErrNotFound when nothing is eligible.
@@ -348,7 +390,7 @@ type Queries interface {
 	AttemptRenew(ctx context.Context, p *AttemptRenewParams) (*Attempt, error)
 	// AttemptUpdate writes the mutable fields of an attempt (State, RunnerID,
 	// LeaseDigest, ClaimRequestID, ClaimedAt, LeaseExpiresAt, Deadline,
-	// HeartbeatAt, EndedAt, Result, NotBefore).
+	// HeartbeatAt, EndedAt, Result, NotBefore, BlockedOn).
 	AttemptUpdate(ctx context.Context, a *Attempt) error
 
 	// AuditAppend appends an event; Seq and At (when zero: now) are assigned.
@@ -366,6 +408,36 @@ type Queries interface {
 	CredentialMarkFailed(ctx context.Context, id string) error
 	// CredentialMarkRevoked marks a credential revoked.
 	CredentialMarkRevoked(ctx context.Context, id string, now *time.Time) error
+
+	// LeaseAcquire takes every key of Keys for the attempt, or none. It locks
+	// the keys' counter rows in sorted key order (so concurrent groups never
+	// deadlock), first drops holds whose attempt is no longer leased or whose
+	// lease expired before now, then checks that every key has a free slot;
+	// if one has not, it returns that key in blockedOn and takes nothing.
+	// Otherwise each key gets a free slot and the next value of its own
+	// fencing counter (allocated under the row lock; it never goes back).
+	LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) (held []LeaseHold, blockedOn string, err error)
+	// LeaseForceRelease drops every hold of a key (break-glass), moves its
+	// fencing counter on by one so old holders are refused downstream, and
+	// unblocks its waiters; it returns the holds it dropped and the new
+	// counter value.
+	LeaseForceRelease(ctx context.Context, tenant, key string) ([]LeaseHold, int64, error)
+	// LeaseKeyConsume marks a once key consumed by a run (if not already).
+	LeaseKeyConsume(ctx context.Context, tenant, key, runID string) error
+	// LeaseKeyGet reads a key's counter; ErrNotFound if never used.
+	LeaseKeyGet(ctx context.Context, tenant, key string) (*LeaseKeyState, error)
+	// LeaseList lists a tenant's holds whose key starts with prefix, by key
+	// and slot.
+	LeaseList(ctx context.Context, tenant, prefix string) ([]LeaseHold, error)
+	// LeaseLiveRun returns a run of the tenant, not yet finished, that holds
+	// or waits for key (its LeaseKeys name it), other than exceptRun;
+	// ErrNotFound if none.
+	LeaseLiveRun(ctx context.Context, tenant, key, exceptRun string) (string, error)
+	// LeaseReleaseAttempt drops the attempt's holds and unblocks the queued
+	// attempts waiting for those keys; it returns the keys released.
+	LeaseReleaseAttempt(ctx context.Context, tenant, attemptID string) ([]string, error)
+	// LeaseWaiters lists queued attempts blocked on key, oldest first.
+	LeaseWaiters(ctx context.Context, tenant, key string) ([]*Attempt, error)
 
 	// LogAppend stores a chunk; it reports false when the chunk was already stored.
 	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)

@@ -131,7 +131,7 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at`
+	result, created_at, blocked_on`
 
 var attemptColsQ = prefixCols("attempts.", attemptCols)
 
@@ -140,7 +140,7 @@ func scanAttempt(r scanner) (*store.Attempt, error) {
 	var ttl, timeout int64
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, &a.Labels, &ttl, &timeout,
 		&a.NotBefore, &a.RunnerID, &a.LeaseDigest, &a.ClaimRequestID, &a.ClaimedAt, &a.LeaseExpiresAt,
-		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt)
+		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt, &a.BlockedOn)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -178,7 +178,7 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 		c AS (
 			SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
-				AND a.not_before <= (SELECT now FROM n) AND a.labels <@ $7::text[]
+				AND a.not_before <= (SELECT now FROM n) AND a.blocked_on = '' AND a.labels <@ $7::text[]
 			ORDER BY a.not_before, a.id
 			LIMIT 1
 			FOR UPDATE OF a SKIP LOCKED)
@@ -200,10 +200,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	err := q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`, $21) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{timeArg(a.CreatedAt), a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels),
 			a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(), a.NotBefore, a.RunnerID, a.LeaseDigest,
-			a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt, jsonArg(a.Result)},
+			a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt, jsonArg(a.Result),
+			a.BlockedOn},
 		&a.CreatedAt)
 	utc(&a.CreatedAt)
 	return err
@@ -252,9 +253,9 @@ func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams)
 func (q *queries) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
 	return q.exec1(ctx, `UPDATE attempts SET state = $1, runner_id = $2, lease_digest = $3, claim_request_id = $4,
 		claimed_at = $5, lease_expires_at = $6, deadline = $7, heartbeat_at = $8, ended_at = $9, result = $10,
-		not_before = $11 WHERE id = $12`,
+		not_before = $11, blocked_on = $12 WHERE id = $13`,
 		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
-		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.ID)
+		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID)
 }
 
 // ---- audit ----

@@ -123,14 +123,14 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at`
+	result, created_at, blocked_on`
 
 func scanAttempt(r scanner) (*store.Attempt, error) {
 	a := &store.Attempt{}
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, listCol{&a.Labels},
 		durCol{&a.LeaseTTL}, durCol{&a.Timeout}, timeCol{&a.NotBefore}, &a.RunnerID, &a.LeaseDigest,
 		&a.ClaimRequestID, timePtrCol{&a.ClaimedAt}, timePtrCol{&a.LeaseExpiresAt}, timePtrCol{&a.Deadline},
-		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt})
+		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt}, &a.BlockedOn)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -163,7 +163,7 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 		claimed_at = `+n+`, heartbeat_at = `+n+`, deadline = `+n+` + timeout_us,
 		lease_expires_at = `+n+` + min(lease_ttl_us, timeout_us)
 		WHERE id = (SELECT a.id FROM attempts a
-			WHERE a.state = 'queued' AND a.tenant = ?5 AND a.pool = ?6 AND a.not_before <= `+n+`
+			WHERE a.state = 'queued' AND a.tenant = ?5 AND a.pool = ?6 AND a.not_before <= `+n+` AND a.blocked_on = ''
 			AND NOT EXISTS (SELECT 1 FROM json_each(a.labels) l WHERE l.value NOT IN (SELECT value FROM json_each(?7)))
 			ORDER BY a.not_before, a.id LIMIT 1)
 		RETURNING `+attemptCols,
@@ -178,11 +178,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	return q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`)) ON CONFLICT DO NOTHING RETURNING created_at`,
+		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), ?) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listText(a.Labels), a.LeaseTTL.Microseconds(),
 			a.Timeout.Microseconds(), microsZero(a.NotBefore), a.RunnerID, a.LeaseDigest, a.ClaimRequestID,
 			microsPtr(a.ClaimedAt), microsPtr(a.LeaseExpiresAt), microsPtr(a.Deadline), microsPtr(a.HeartbeatAt),
-			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt)},
+			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt), a.BlockedOn},
 		timeCol{&a.CreatedAt})
 }
 
@@ -226,11 +226,11 @@ func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams)
 
 func (q *queries) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
 	return q.exec1(ctx, `UPDATE attempts SET state = ?, runner_id = ?, lease_digest = ?, claim_request_id = ?,
-		claimed_at = ?, lease_expires_at = ?, deadline = ?, heartbeat_at = ?, ended_at = ?, result = ?, not_before = ?
-		WHERE id = ?`,
+		claimed_at = ?, lease_expires_at = ?, deadline = ?, heartbeat_at = ?, ended_at = ?, result = ?, not_before = ?,
+		blocked_on = ? WHERE id = ?`,
 		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, microsPtr(a.ClaimedAt), microsPtr(a.LeaseExpiresAt),
 		microsPtr(a.Deadline), microsPtr(a.HeartbeatAt), microsPtr(a.EndedAt), jsonText(a.Result),
-		microsZero(a.NotBefore), a.ID)
+		microsZero(a.NotBefore), a.BlockedOn, a.ID)
 }
 
 // ---- audit ----

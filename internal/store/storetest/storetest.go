@@ -86,6 +86,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SigningKeys", testSigningKeys},
 		{"Credentials", testCredentials},
 		{"Catalogs", testCatalogs},
+		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })

@@ -1,0 +1,288 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// RunRefError is a refusal that points at another run (409 lease_held,
+// 409 already_done).
+type RunRefError struct {
+	RunID string
+	Err   error
+}
+
+func (e *RunRefError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *RunRefError) Unwrap() error { return e.Err }
+
+func runKeys(r *store.Run) ([]store.LeaseKey, error) {
+	var keys []store.LeaseKey
+	if len(r.LeaseKeys) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(r.LeaseKeys, &keys); err != nil {
+		return nil, fmt.Errorf("decode lease keys of run %s: %w", r.ID, err)
+	}
+	return keys, nil
+}
+
+// checkKeys refuses a request whose keys are spoken for: a once key already
+// consumed by a successful run, or a reject key held or waited for by a run
+// that has not finished.
+func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, keys []store.LeaseKey) error {
+	for _, k := range keys {
+		if k.Once {
+			st, err := tx.LeaseKeyGet(ctx, tenant, k.Key)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if err == nil && st.ConsumedByRun != "" {
+				return &RunRefError{RunID: st.ConsumedByRun, Err: fmt.Errorf("lease key %s was consumed by run %s, which succeeded: %w", k.Key, st.ConsumedByRun, protocol.ErrAlreadyDone)}
+			}
+		}
+		if k.OnConflict == "reject" {
+			other, err := tx.LeaseLiveRun(ctx, tenant, k.Key, "")
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if err == nil {
+				return &RunRefError{RunID: other, Err: fmt.Errorf("lease key %s is held or waited for by run %s: %w", k.Key, other, protocol.ErrLeaseHeld)}
+			}
+		}
+	}
+	return nil
+}
+
+// acquireKeys takes the run's keys for its just-claimed attempt, all or none.
+// When a key is not free the claim is undone: the attempt goes back to the
+// queue marked as waiting for that key, and no claim looks at it again until
+// the key is released.
+func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) (held []store.LeaseHold, blocked bool, err error) {
+	keys, err := runKeys(r)
+	if err != nil || len(keys) == 0 {
+		return nil, false, err
+	}
+	held, blockedOn, err := tx.LeaseAcquire(ctx, &store.LeaseAcquireParams{Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Keys: keys, Now: s.clock.NowOrNil()})
+	if err != nil {
+		return nil, false, err
+	}
+	if blockedOn == "" {
+		r.WaitingFor = ""
+		for _, h := range held {
+			if err := s.audit(ctx, tx, r.Tenant, "system:leases", "lease.acquired", r.ID, map[string]any{
+				"key": h.Key, "slot": h.Slot, "fencing_token": h.FencingToken, "attempt": a.ID}); err != nil {
+				return nil, false, err
+			}
+		}
+		return held, false, nil
+	}
+	a.State = store.AttemptQueued
+	a.RunnerID, a.LeaseDigest, a.ClaimRequestID = "", "", ""
+	a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt = nil, nil, nil, nil
+	a.BlockedOn = blockedOn
+	if err := tx.AttemptUpdate(ctx, a); err != nil {
+		return nil, false, err
+	}
+	r.WaitingFor = "lease " + blockedOn
+	if err := tx.RunUpdate(ctx, r); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+// releaseKeys drops the attempt's holds when it ends; a success consumes
+// its once keys.
+func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) error {
+	keys, err := runKeys(r)
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	released, err := tx.LeaseReleaseAttempt(ctx, r.Tenant, a.ID)
+	if err != nil {
+		return err
+	}
+	if a.State == store.AttemptSucceeded {
+		for _, k := range keys {
+			if k.Once && slices.Contains(released, k.Key) {
+				if err := tx.LeaseKeyConsume(ctx, r.Tenant, k.Key, r.ID); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(released) == 0 {
+		return nil
+	}
+	if err := tx.WakeClaimers(ctx); err != nil { // waiters were unblocked
+		return err
+	}
+	return s.audit(ctx, tx, r.Tenant, "system:leases", "lease.released", r.ID, map[string]any{
+		"keys": released, "attempt": a.ID, "attempt_state": a.State})
+}
+
+// LeaseView is a key's holders and waiters.
+type LeaseView struct {
+	Key              string            `json:"key"`
+	LastFencingToken int64             `json:"last_fencing_token"`
+	ConsumedByRun    string            `json:"consumed_by_run,omitempty"`
+	Holders          []LeaseHolderView `json:"holders"`
+	Waiting          []LeaseWaiterView `json:"waiting"`
+}
+
+// LeaseHolderView is one holder.
+type LeaseHolderView struct {
+	Key          string     `json:"key"`
+	Slot         int        `json:"slot"`
+	RunID        string     `json:"run_id"`
+	AttemptID    string     `json:"attempt_id"`
+	Runner       string     `json:"runner"`
+	FencingToken int64      `json:"fencing_token"`
+	AcquiredAt   time.Time  `json:"acquired_at"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+}
+
+// LeaseWaiterView is a run waiting for a key.
+type LeaseWaiterView struct {
+	RunID     string    `json:"run_id"`
+	AttemptID string    `json:"attempt_id"`
+	Since     time.Time `json:"since"`
+}
+
+func holderView(h store.LeaseHold) LeaseHolderView {
+	v := LeaseHolderView{Key: h.Key, Slot: h.Slot, RunID: h.RunID, AttemptID: h.AttemptID, Runner: h.RunnerID,
+		FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt.UTC()}
+	if h.ExpiresAt != nil {
+		t := h.ExpiresAt.UTC()
+		v.ExpiresAt = &t
+	}
+	return v
+}
+
+// ListLeases lists the held keys whose name starts with prefix.
+func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]LeaseHolderView, error) {
+	holds, err := s.store.LeaseList(ctx, actor.TenantID, prefix)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	out := make([]LeaseHolderView, 0, len(holds))
+	for _, h := range holds {
+		out = append(out, holderView(h))
+	}
+	return out, nil
+}
+
+// ShowLease returns a key's holders, its waiting runs and its counter.
+func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*LeaseView, error) {
+	v := &LeaseView{Key: key, Holders: []LeaseHolderView{}, Waiting: []LeaseWaiterView{}}
+	st, err := s.store.LeaseKeyGet(ctx, actor.TenantID, key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, mapStoreErr(err)
+	}
+	if err == nil {
+		v.LastFencingToken, v.ConsumedByRun = st.LastFencingToken, st.ConsumedByRun
+	}
+	holds, err := s.store.LeaseList(ctx, actor.TenantID, key)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	for _, h := range holds {
+		if h.Key == key {
+			v.Holders = append(v.Holders, holderView(h))
+		}
+	}
+	waiters, err := s.store.LeaseWaiters(ctx, actor.TenantID, key)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	for _, a := range waiters {
+		v.Waiting = append(v.Waiting, LeaseWaiterView{RunID: a.RunID, AttemptID: a.ID, Since: a.CreatedAt.UTC()})
+	}
+	return v, nil
+}
+
+// VerifyLease tells a downstream system whether a fencing token is still
+// its key's current holder's: held by a live attempt, not expired.
+func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int64) (bool, string, error) {
+	now, err := s.store.Now(ctx, s.clock.NowOrNil())
+	if err != nil {
+		return false, "", mapStoreErr(err)
+	}
+	holds, err := s.store.LeaseList(ctx, tenant, key)
+	if err != nil {
+		return false, "", mapStoreErr(err)
+	}
+	for _, h := range holds {
+		if h.Key == key && h.FencingToken == token {
+			live := h.ExpiresAt != nil && now.Before(*h.ExpiresAt)
+			if live {
+				a, err := s.store.AttemptGetByID(ctx, h.AttemptID, false)
+				if err != nil {
+					return false, "", mapStoreErr(err)
+				}
+				live = a.State == store.AttemptLeased
+			}
+			return live, h.RunID, nil
+		}
+	}
+	return false, "", nil
+}
+
+// ReleaseLease is the break-glass release of a key (admin): every holder is
+// dropped and its run told to stop at its next renewal, the key's fencing
+// token moves on so the old holders are refused downstream, waiters are
+// unblocked, and who did it and why is audited.
+func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason string) (*LeaseView, error) {
+	if err := requireAdmin(actor); err != nil {
+		return nil, err
+	}
+	if len(reason) < 3 || len(reason) > 1000 {
+		return nil, &FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
+	}
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		dropped, token, err := tx.LeaseForceRelease(ctx, actor.TenantID, key)
+		if err != nil {
+			return err
+		}
+		runs := []string{}
+		for _, h := range dropped {
+			r, err := tx.RunGetByID(ctx, h.RunID, true)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, r.ID)
+			if !r.State.Terminal() && !r.CancelRequested {
+				r.CancelRequested = true
+				if err := tx.RunUpdate(ctx, r); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.WakeClaimers(ctx); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, actor.TenantID, actor.Name, "lease.force_released", key, map[string]any{
+			"reason": reason, "runs": runs, "fencing_token": token})
+	})
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return s.ShowLease(ctx, actor, key)
+}
+
+// fencedKeys are the assignment's keys and tokens.
+func fencedKeys(held []store.LeaseHold) []protocol.FencedKey {
+	out := make([]protocol.FencedKey, 0, len(held))
+	for _, h := range held {
+		out = append(out, protocol.FencedKey{Key: h.Key, FencingToken: h.FencingToken})
+	}
+	return out
+}
