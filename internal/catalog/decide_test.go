@@ -65,7 +65,7 @@ func TestDecide(t *testing.T) {
 			got := c.Decide(tt.req)
 			require.Equal(t, tt.allowed, got.Allowed, "Decide(%+v) = %+v", tt.req, got)
 			require.Equal(t, tt.rule, got.Rule, "Decide(%+v) = %+v", tt.req, got)
-			require.Len(t, got.Rules, 5, "every rule is traced")
+			require.Equal(t, 5, len(got.Rules)+got.Unrelated, "every rule is traced or counted")
 			require.NotEmpty(t, got.Explanation)
 		})
 	}
@@ -78,22 +78,24 @@ func TestDecideTrace(t *testing.T) {
 	got := c.Decide(Request{Job: "backfill-account", Channel: "prod", Actor: "bob", ActorKind: "user"})
 	require.False(t, got.Allowed)
 	require.Equal(t, "denied: no rule allows bob to run job backfill-account in channel prod", got.Explanation)
+	// Rules that do not name the job (anyone-hello, carol-report) are
+	// counted, not traced.
 	require.Equal(t, []RuleTrace{
-		{ID: "anyone-hello", File: "policies/a.yaml", Line: 2, Effect: "allow", Reason: "job not in [hello]"},
 		{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Reason: "channel not in [staging]"},
 		{ID: "contractors-everything", File: "policies/b.yaml", Line: 2, Effect: "allow", Reason: "actor bob is not in groups [contractors] or users []"},
 		{ID: "no-prod-contractors", File: "policies/b.yaml", Line: 5, Effect: "deny", Reason: "actor bob is not in groups [contractors] or users []"},
-		{ID: "carol-report", File: "policies/b.yaml", Line: 10, Effect: "allow", Reason: "job not in [report]"},
 	}, got.Rules)
+	require.Equal(t, 2, got.Unrelated)
 
 	got = c.Decide(Request{Job: "backfill-x", Channel: "staging", Actor: "bob"})
 	require.True(t, got.Allowed)
 	require.Equal(t, "allowed: rule ops-backfill-staging (policies/a.yaml:5) allows bob to run job backfill-x in channel staging", got.Explanation)
-	require.Equal(t, RuleTrace{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Matched: true, Reason: "actor bob is in group operators"}, got.Rules[1])
+	require.Equal(t, RuleTrace{ID: "ops-backfill-staging", File: "policies/a.yaml", Line: 5, Effect: "allow", Matched: true, Reason: "actor bob is in group operators"}, got.Rules[0])
 
 	raw, err := json.Marshal(got)
 	require.NoError(t, err)
-	require.Contains(t, string(raw), `"rules":[{"id":"anyone-hello","file":"policies/a.yaml","line":2,"effect":"allow","matched":false,`)
+	require.Contains(t, string(raw), `"rules":[{"id":"ops-backfill-staging","file":"policies/a.yaml","line":5,"effect":"allow","matched":true,`)
+	require.Contains(t, string(raw), `"unrelated_rules":2`)
 }
 
 func TestDecideEmpty(t *testing.T) {

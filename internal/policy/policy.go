@@ -220,7 +220,11 @@ func (p *Policy) Decide(req Request) Decision {
 		return Decision{Rules: []RuleTrace{}, Explanation: emptyExplanation(p == nil, req)}
 	}
 	actorGroups := p.memberOf[req.Actor]
-	trace := make([]RuleTrace, len(p.rules))
+	// Rules that do not name the job are not considered: they are counted,
+	// not traced, so that a large policy costs a decision little.
+	trace := make([]RuleTrace, 0, 16)
+	unrelated := 0
+	closestReason := ""
 	// Every reason is appended to one buffer and viewed as a string in
 	// place: one allocation for all the reasons instead of one per rule.
 	// This is safe because bytes already appended are never written again:
@@ -269,12 +273,17 @@ func (p *Policy) Decide(req Request) Decision {
 		if denyOnError {
 			o = matched
 		}
-		trace[i] = RuleTrace{ID: r.ID, File: r.File, Line: r.Line, Effect: r.Effect, Matched: o == matched,
-			Reason: reasonStr}
+		if o == noJob {
+			unrelated++
+		} else {
+			trace = append(trace, RuleTrace{ID: r.ID, File: r.File, Line: r.Line, Effect: r.Effect, Matched: o == matched,
+				Reason: reasonStr})
+		}
 		switch {
 		case o != matched:
 			if o >= whenFalse && r.Effect == EffectAllow && closest < 0 {
 				closest = i
+				closestReason = reasonStr
 			}
 		case r.Effect == EffectDeny:
 			if firstDeny < 0 {
@@ -284,7 +293,7 @@ func (p *Policy) Decide(req Request) Decision {
 			chosen = i
 		}
 	}
-	dec := Decision{Rules: trace}
+	dec := Decision{Rules: trace, Unrelated: unrelated}
 	what := describe(req)
 	switch {
 	case firstDeny >= 0:
@@ -307,7 +316,7 @@ func (p *Policy) Decide(req Request) Decision {
 		dec.Explanation = fmt.Sprintf("allowed: rule %s (%s:%d) allows %s%s", r.ID, r.File, r.Line, what, extra)
 	case closest >= 0:
 		r := &p.rules[closest].rule
-		dec.Explanation = fmt.Sprintf("denied: no rule allows %s (rule %s (%s:%d): %s)", what, r.ID, r.File, r.Line, trace[closest].Reason)
+		dec.Explanation = fmt.Sprintf("denied: no rule allows %s (rule %s (%s:%d): %s)", what, r.ID, r.File, r.Line, closestReason)
 	default:
 		dec.Explanation = fmt.Sprintf("denied: no rule allows %s", what)
 	}

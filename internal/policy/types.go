@@ -93,7 +93,11 @@ type Decision struct {
 	// Grants are the chosen rule's grants, never a union of several rules.
 	Grants      map[string]string `json:"grants,omitempty"`
 	Explanation string            `json:"explanation"`
-	Rules       []RuleTrace       `json:"rules"`
+	// Rules are the rules considered — every rule that names the job — with
+	// whether each matched and why not, in file then position order.
+	Rules []RuleTrace `json:"rules"`
+	// Unrelated counts the rules that do not name the job.
+	Unrelated int `json:"unrelated_rules"`
 }
 
 // RuleTrace records how one rule was evaluated.

@@ -107,9 +107,12 @@ func runTest(cat *catalog.Catalog, t *catalog.PolicyTest) TestResult {
 		r.Passed = maps.Equal(t.Grants, d.Grants)
 	}
 	if !r.Passed {
-		rules := cat.Rules()
-		for i, tr := range d.Rules {
-			if i < len(rules) && namesJobAndChannel(rules[i], t.Request.Job, t.Request.Channel) {
+		byID := map[string]*catalog.Rule{}
+		for _, rule := range cat.Rules() {
+			byID[rule.ID] = rule
+		}
+		for _, tr := range d.Rules {
+			if rule := byID[tr.ID]; rule != nil && namesJobAndChannel(rule, t.Request.Job, t.Request.Channel) {
 				r.Rules = append(r.Rules, tr)
 			}
 		}
