@@ -19,6 +19,7 @@ import (
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
@@ -107,7 +108,8 @@ func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv
 	require.NoError(t, err)
 	tokens, err := control.NewCredentials(context.Background(), st, box, fc, testIssuer)
 	require.NoError(t, err)
-	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens})
+	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens,
+		Broker: connector.NewBroker(st, box)})
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
 	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})
