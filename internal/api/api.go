@@ -61,6 +61,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/jobs", h.user(h.listJobs))
 	m.HandleFunc("GET /v1/jobs/{name}", h.user(h.getJob))
 	m.HandleFunc("GET /v1/catalogs", h.user(h.listCatalogs))
+	m.HandleFunc("GET /v1/schedules", h.user(h.listSchedules))
 	m.HandleFunc("POST /v1/catalogs/sync", h.user(h.syncCatalogs))
 	m.HandleFunc("POST /v1/admin/signing-keys/rotate", h.user(h.rotateSigningKeys))
 

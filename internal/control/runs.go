@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/lease"
@@ -37,6 +39,18 @@ var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
 // RequestRun authorizes and records a run request. created is false when an
 // earlier request with the same idempotency key is returned.
 func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
+	return s.requestRun(ctx, actor, req, requestOrigin{})
+}
+
+// requestOrigin is how an internal caller (the scheduler) requests a run:
+// the window its lease keys render with (zero: now) and its source (nil:
+// an API request). Ref and commit are added to the source.
+type requestOrigin struct {
+	Window time.Time
+	Source map[string]string
+}
+
+func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
 	if req.Job == "" {
 		return nil, false, fmt.Errorf("job is required: %w", protocol.ErrBadRequest)
 	}
@@ -77,9 +91,18 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if ref == "" {
 		ref = cat.Branch()
 	}
-	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": ref, "commit": cat.Commit()})
+	src := map[string]string{"kind": "api"}
+	if origin.Source != nil {
+		src = maps.Clone(origin.Source)
+	}
+	src["ref"], src["commit"] = ref, cat.Commit()
+	source, _ := json.Marshal(src)
 	now := s.clock.Now()
-	keys, err := lease.Render(spec.Leases, lease.Vars{Params: params, Channel: req.Channel, Job: req.Job, Window: now})
+	window := now
+	if !origin.Window.IsZero() {
+		window = origin.Window
+	}
+	keys, err := lease.Render(spec.Leases, lease.Vars{Params: params, Channel: req.Channel, Job: req.Job, Window: window})
 	if err != nil {
 		var pe *lease.ParamError
 		if errors.As(err, &pe) {

@@ -143,6 +143,17 @@ func (p *pinned) Job(name string) (control.Spec, bool) {
 	}, true
 }
 
+// Schedules lists the jobs with a schedule block (control.ScheduleCatalog).
+func (p *pinned) Schedules() []control.JobSchedule {
+	var out []control.JobSchedule
+	for _, j := range p.snap.Catalog.Jobs() {
+		if s := j.Schedule; s != nil {
+			out = append(out, control.JobSchedule{Job: j.Name, Cron: s.Cron, TZ: s.TZ, Channel: s.Channel, Params: s.Params, CatchUp: s.CatchUp})
+		}
+	}
+	return out
+}
+
 func (p *pinned) ValidateParams(job string, params json.RawMessage) (json.RawMessage, error) {
 	j, ok := p.snap.Catalog.Job(job)
 	if !ok {

@@ -153,6 +153,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return err
 	})
 	s.loop(bg, "catalog sync", cfg.SyncInterval, svc.RefreshCatalogs)
+	s.loop(bg, "scheduler", control.ScheduleInterval, func(ctx context.Context) error {
+		_, err := svc.FireSchedules(ctx)
+		return err
+	})
 	s.loop(bg, "signing key reload", 30*time.Second, tokens.Reload)
 	s.loop(bg, "credential revocation", 2*time.Second, func(ctx context.Context) error {
 		_, err := svc.RevokeCredentials(ctx)

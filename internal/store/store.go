@@ -347,6 +347,7 @@ type RunListParams struct {
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.
 type Queries interface {
 	CatalogQueries
+	ScheduleQueries
 
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error
@@ -585,4 +586,41 @@ type CatalogQueries interface {
 	// CatalogSupersede marks every active record of a channel's branch
 	// other than keepCommit superseded and reports how many it changed.
 	CatalogSupersede(ctx context.Context, tenant, channel, branch, keepCommit string) (int, error)
+}
+
+// ---- schedules ----
+
+// Schedule is the firing state of one job's schedule on a channel: the next
+// fire time to claim and the last window fired, with the expression, zone
+// and commit NextFireAt was computed from.
+type Schedule struct {
+	Tenant     string
+	Channel    string
+	Job        string
+	Cron       string
+	TZ         string
+	Commit     string
+	NextFireAt time.Time
+	LastWindow *time.Time // nil until the first firing
+	UpdatedAt  time.Time  // zero: now
+}
+
+// ScheduleQueries are the schedule methods of Queries.
+type ScheduleQueries interface {
+	// ScheduleAdvance moves a schedule on, writing Cron, TZ, Commit,
+	// NextFireAt, LastWindow and UpdatedAt (zero: now), only if its stored
+	// next fire time is still oldNext: of concurrent claims of one fire time
+	// exactly one wins. ErrNotFound when no row matched (another replica
+	// claimed it, or there is no such schedule).
+	ScheduleAdvance(ctx context.Context, s *Schedule, oldNext time.Time) error
+	// ScheduleDelete forgets a schedule that no catalog declares any more
+	// (ErrNotFound when there is none).
+	ScheduleDelete(ctx context.Context, tenant, channel, job string) error
+	// ScheduleGet reads the state of a job's schedule on a channel.
+	ScheduleGet(ctx context.Context, tenant, channel, job string) (*Schedule, error)
+	// ScheduleInsert records a schedule first seen (ErrAlreadyExists when
+	// another replica recorded it first).
+	ScheduleInsert(ctx context.Context, s *Schedule) error
+	// ScheduleList lists a tenant's schedules by channel and job.
+	ScheduleList(ctx context.Context, tenant string) ([]*Schedule, error)
 }

@@ -87,6 +87,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Credentials", testCredentials},
 		{"Catalogs", testCatalogs},
 		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
+		{"Schedules", testSchedules},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
