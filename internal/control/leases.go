@@ -76,6 +76,9 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 		return nil, false, err
 	}
 	if blockedOn == "" {
+		if len(held) > 0 && held[0].ExpiresAt != nil {
+			a.LeaseExpiresAt = held[0].ExpiresAt // restarted after the key locks
+		}
 		r.WaitingFor = ""
 		for _, h := range held {
 			if err := s.audit(ctx, tx, r.Tenant, "system:leases", "lease.acquired", r.ID, map[string]any{

@@ -126,9 +126,15 @@ func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams)
 		}
 		return nil, blockedOn, nil
 	}
+	// The attempt's expiry was computed when it was claimed, before this
+	// transaction waited on the keys' row locks: restart it from the
+	// statement clock now, so a waiter never gets a grant already expired
+	// (RELIABILITY.md rule 3, case L6).
 	var runnerID string
 	var expiresAt *time.Time
-	err := q.db.QueryRow(ctx, `SELECT runner_id, lease_expires_at FROM attempts WHERE id = $1`, p.AttemptID).
+	err := q.db.QueryRow(ctx, `UPDATE attempts SET lease_expires_at = GREATEST(lease_expires_at,
+			LEAST(`+nowSQL+` + LEAST(lease_ttl_us, timeout_us) * interval '1 microsecond', deadline))
+		WHERE id = $2 RETURNING runner_id, lease_expires_at`, p.Now, p.AttemptID).
 		Scan(&runnerID, &expiresAt)
 	if err != nil {
 		return nil, "", interpretError(err)

@@ -118,7 +118,12 @@ func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams)
 	}
 	var runnerID string
 	var expiresAt *time.Time
-	err = q.db.QueryRowContext(ctx, `SELECT runner_id, lease_expires_at FROM attempts WHERE id = ?`, p.AttemptID).
+	// The grant starts now: restart the attempt's expiry from the moment the
+	// keys are taken (never past the deadline, never earlier than before), as
+	// the PostgreSQL store does after waiting on the keys' row locks.
+	err = q.db.QueryRowContext(ctx, `UPDATE attempts SET lease_expires_at = max(lease_expires_at,
+			min(coalesce(?1, `+nowSQL+`) + min(lease_ttl_us, timeout_us), deadline))
+		WHERE id = ?2 RETURNING runner_id, lease_expires_at`, microsPtr(p.Now), p.AttemptID).
 		Scan(&runnerID, timePtrCol{&expiresAt})
 	if err != nil {
 		return nil, "", interpretError(err)

@@ -1,0 +1,697 @@
+package control
+
+// Linearizability of run leases (RELIABILITY.md L1, checker P): concurrent
+// clients on two control planes sharing one store acquire keys by claiming
+// attempts, renew them, release them with a result, and let them expire
+// while a clock goroutine advances the fake clock and reaps. Every operation
+// is recorded with invocation and return stamps from one monotonic counter,
+// and porcupine checks each key's history against a model of the lease
+// semantics. A deliberately broken store (a claim that ignores the holder)
+// must be caught.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
+)
+
+// ---------------------------------------------------------------------------
+// Shared helpers of the lease tests: a catalog of several jobs with lease
+// keys, and an env built on it.
+
+// multiDefs is a catalog of several jobs that allows everything and takes
+// params as given.
+type multiDefs struct{ jobs map[string]Spec }
+
+func (d *multiDefs) Resolve(context.Context, string, string) (Catalog, error) { return d, nil }
+func (d *multiDefs) Commit() string                                           { return testCommit }
+func (d *multiDefs) Branch() string                                           { return "main" }
+func (d *multiDefs) Protected() bool                                          { return true }
+func (d *multiDefs) Job(name string) (Spec, bool) {
+	s, ok := d.jobs[name]
+	return s, ok
+}
+
+func (d *multiDefs) ValidateParams(_ string, p json.RawMessage) (json.RawMessage, error) {
+	if len(p) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	return p, nil
+}
+
+func (d *multiDefs) Decide(DecisionRequest) Decision {
+	return Decision{Allowed: true, Explanation: "test: always allowed"}
+}
+
+// leaseJob is a job of pool that holds keys; one attempt, an hour's timeout.
+func leaseJob(name, pool string, ttl time.Duration, keys ...lease.Template) Spec {
+	return Spec{Name: name, Command: []string{"true"}, Timeout: Duration(time.Hour), LeaseTTL: Duration(ttl),
+		Pool: pool, Labels: []string{}, MaxAttempts: 1, Leases: keys}
+}
+
+// newLeaseEnv is newEnv with a catalog of several jobs; st may be a wrapper
+// (for the broken variants), raw is the store the helpers read directly.
+func newLeaseEnv(t *testing.T, st store.Store, jobs ...Spec) *env {
+	t.Helper()
+	defs := &multiDefs{jobs: map[string]Spec{}}
+	for _, j := range jobs {
+		defs.jobs[j.Name] = j
+	}
+	fc := clock.NewFake(testEpoch)
+	e := &env{t: t, store: st, clock: fc, spec: jobs[0],
+		actor: Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
+	for _, s := range []**Service{&e.a, &e.b} {
+		svc, err := New(Config{Store: st, Clock: fc, Definitions: defs, ReapBatch: 100000})
+		require.NoError(t, err)
+		*s = svc
+	}
+	return e
+}
+
+// runnerIn inserts an active runner of the test tenant in pool.
+func (e *env) runnerIn(pool, name string) *store.Runner {
+	e.t.Helper()
+	now := e.clock.Now()
+	r := &store.Runner{
+		ID: id.New(id.Runner, now), Tenant: testTenant, Pool: pool, Name: name, Labels: []string{},
+		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
+		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
+	}
+	require.NoError(e.t, e.store.RunnerCreate(e.ctx(), r))
+	return r
+}
+
+// requestJob asks for a run of job; it returns the error instead of failing
+// so that goroutines can use it.
+func (e *env) requestJob(s *Service, job string) (*store.Run, error) {
+	v, _, err := s.RequestRun(e.ctx(), e.actor, &protocol.RunRequest{Job: job, Channel: "prod"})
+	if err != nil {
+		return nil, err
+	}
+	return v.Run, nil
+}
+
+// tokenOf returns the assignment's fencing token of key (0 if none).
+func tokenOf(asg *protocol.Assignment, key string) int64 {
+	for _, f := range asg.Leases {
+		if f.Key == key {
+			return f.FencingToken
+		}
+	}
+	return 0
+}
+
+// longRun reports JOBPLANE_LONG=1: the long, by-hand sizes.
+func longRun() bool { return os.Getenv("JOBPLANE_LONG") == "1" }
+
+// ---------------------------------------------------------------------------
+// The model
+
+const (
+	opAcquire = "acquire"
+	opRenew   = "renew"
+	opRelease = "release"
+	opAdvance = "advance" // the clock moves to At (in every partition)
+	opReap    = "reap"    // the reaper ended the attempts of Tokens (expired)
+)
+
+// lkInput is an operation on one key (Key empty: advance, in every history).
+type lkInput struct {
+	Kind  string
+	Key   string
+	Token int64 // renew, release: the holder's token
+	At    int64 // advance: the new clock (µs after testEpoch)
+}
+
+// lkOutput is an answer. Reap's Tokens are filled per key when the
+// histories are split (Attempts are resolved to tokens after the run).
+type lkOutput struct {
+	OK       bool
+	Token    int64 // acquire
+	Exp      int64 // acquire, renew: expires_at (µs after testEpoch)
+	Attempts []string
+	Tokens   []int64
+}
+
+type lkHolder struct{ Token, Exp int64 }
+
+// lkState is one key: the clock, the last token handed out, and the holds
+// not known to be gone (some may have expired; expired holds free their
+// slot for acquirers but are gone only once purged, reaped or released).
+type lkState struct {
+	Now     int64
+	Last    int64
+	Holders []lkHolder // by token
+}
+
+func (s lkState) live() int {
+	n := 0
+	for _, h := range s.Holders {
+		if h.Exp > s.Now {
+			n++
+		}
+	}
+	return n
+}
+
+func (s lkState) find(token int64) int {
+	return slices.IndexFunc(s.Holders, func(h lkHolder) bool { return h.Token == token })
+}
+
+func (s lkState) clone() lkState {
+	s.Holders = slices.Clone(s.Holders)
+	return s
+}
+
+// leaseModel is the per-key lease semantics: an acquire succeeds only with
+// a free slot (expired holds count as free) and returns a token larger than
+// every earlier one of the key and an expiry within one TTL; it fails only
+// when every slot is taken by a hold not known to be gone; renew and release
+// succeed exactly for a live holder; expiry is decided by the clock.
+func leaseModel(limit int, ttl time.Duration) porcupine.Model {
+	ttlUS := ttl.Microseconds()
+	return porcupine.Model{
+		Init: func() any { return lkState{} },
+		Step: func(st, in, out any) (bool, any) {
+			s, i, o := st.(lkState), in.(lkInput), out.(lkOutput)
+			switch i.Kind {
+			case opAdvance:
+				if i.At < s.Now {
+					return false, s
+				}
+				s = s.clone()
+				s.Now = i.At
+				return true, s
+			case opReap:
+				s = s.clone()
+				for _, tok := range o.Tokens {
+					k := s.find(tok)
+					if k >= 0 && s.Holders[k].Exp > s.Now {
+						return false, st // reaped a live hold
+					}
+					if k >= 0 {
+						s.Holders = slices.Delete(s.Holders, k, k+1)
+					}
+				}
+				return true, s
+			case opAcquire:
+				if !o.OK {
+					return len(s.Holders) >= limit, s
+				}
+				if s.live() >= limit || o.Token <= s.Last || o.Exp > s.Now+ttlUS {
+					return false, s
+				}
+				s = s.clone()
+				s.Holders = slices.DeleteFunc(s.Holders, func(h lkHolder) bool { return h.Exp <= s.Now })
+				s.Holders = append(s.Holders, lkHolder{o.Token, o.Exp})
+				s.Last = o.Token
+				return true, s
+			case opRenew, opRelease:
+				k := s.find(i.Token)
+				live := k >= 0 && s.Holders[k].Exp > s.Now
+				if !o.OK || !live {
+					return o.OK == live, s
+				}
+				s = s.clone()
+				if i.Kind == opRelease {
+					s.Holders = slices.Delete(s.Holders, k, k+1)
+					return true, s
+				}
+				if o.Exp > s.Now+ttlUS || o.Exp < s.Holders[k].Exp {
+					return false, s
+				}
+				s.Holders[k].Exp = o.Exp
+				return true, s
+			}
+			return false, s
+		},
+		Equal: func(a, b any) bool {
+			x, y := a.(lkState), b.(lkState)
+			return x.Now == y.Now && x.Last == y.Last && slices.Equal(x.Holders, y.Holders)
+		},
+		Hash: func(st any) uint64 {
+			s := st.(lkState)
+			h := uint64(s.Now)*31 + uint64(s.Last)
+			for _, x := range s.Holders {
+				h = h*1000003 + uint64(x.Token)*7 + uint64(x.Exp)
+			}
+			return h
+		},
+		DescribeOperation: func(in, out any) string {
+			i, o := in.(lkInput), out.(lkOutput)
+			switch i.Kind {
+			case opAdvance:
+				return fmt.Sprintf("advance to %dµs", i.At)
+			case opReap:
+				return fmt.Sprintf("reap %v", o.Tokens)
+			case opAcquire:
+				return fmt.Sprintf("acquire %s -> ok=%v token=%d exp=%d", i.Key, o.OK, o.Token, o.Exp)
+			}
+			return fmt.Sprintf("%s %s token=%d -> ok=%v exp=%d", i.Kind, i.Key, i.Token, o.OK, o.Exp)
+		},
+		DescribeState: func(st any) string { return fmt.Sprintf("%+v", st.(lkState)) },
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The workload
+
+type lkKey struct {
+	name, job, pool string
+	limit           int
+}
+
+var lkKeys = []lkKey{
+	{"lk-a", "job-a", "pool-a", 1},
+	{"lk-b", "job-b", "pool-b", 1},
+	{"lk-c", "job-c", "pool-c", 2},
+}
+
+const lkTTL = 3 * time.Second
+
+func lkJobs() []Spec {
+	var out []Spec
+	for _, k := range lkKeys {
+		out = append(out, leaseJob(k.job, k.pool, lkTTL, lease.Template{Key: k.name, Limit: k.limit}))
+	}
+	return out
+}
+
+// recorder collects operations with stamps from one counter.
+type recorder struct {
+	ctr atomic.Int64
+	mu  sync.Mutex
+	ops []porcupine.Operation
+}
+
+func (r *recorder) do(client int, in lkInput, f func() (lkOutput, error)) (lkOutput, error) {
+	call := r.ctr.Add(1)
+	out, err := f()
+	ret := r.ctr.Add(1)
+	if err == nil {
+		r.mu.Lock()
+		r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+		r.mu.Unlock()
+	}
+	return out, err
+}
+
+func usSince(t time.Time) int64 { return t.Sub(testEpoch).Microseconds() }
+
+// lkWorkload runs clients clients × opsPer operations on e (whose planes
+// are e.a and e.b) and returns the recorded history, with reaped attempts
+// resolved to tokens. Unexpected errors fail the test.
+func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcupine.Operation {
+	t.Helper()
+	rec := &recorder{}
+	var tokens sync.Map // attempt ID -> fencing token
+	var errs atomic.Int64
+	fail := func(format string, args ...any) {
+		if errs.Add(1) <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	type client struct {
+		k  lkKey
+		rn *store.Runner
+		sv *Service
+	}
+	cls := make([]client, clients)
+	for i := range cls {
+		k := lkKeys[i%len(lkKeys)]
+		cls[i] = client{k: k, rn: e.runnerIn(k.pool, fmt.Sprintf("lk-%d", i)), sv: []*Service{e.a, e.b}[i%2]}
+	}
+
+	type reaper struct {
+		st  *expiryRecStore
+		svc *Service
+	}
+	var reapers [2]reaper
+	for i := range reapers {
+		rs := &expiryRecStore{Store: e.store}
+		svc, err := New(Config{Store: rs, Clock: e.clock, Definitions: &multiDefs{jobs: map[string]Spec{}}, ReapBatch: 100000})
+		require.NoError(t, err)
+		reapers[i] = reaper{rs, svc}
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var clockWG sync.WaitGroup
+	clockWG.Add(1)
+	go func() { // the clock and the reaper
+		defer clockWG.Done()
+		rng := rand.New(rand.NewPCG(seed, 99))
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(1+rng.IntN(3)) * time.Millisecond):
+			}
+			if rng.IntN(2) == 0 {
+				e.clock.Advance(time.Second)
+				at := usSince(e.clock.Now())
+				_, _ = rec.do(clients, lkInput{Kind: opAdvance, At: at}, func() (lkOutput, error) { return lkOutput{OK: true}, nil })
+				continue
+			}
+			// The reapers run on a store that records the attempts they end.
+			_, err := rec.do(clients, lkInput{Kind: opReap}, func() (lkOutput, error) {
+				k := rng.IntN(2)
+				reapers[k].st.take()
+				if _, err := reapers[k].svc.Reap(e.ctx()); err != nil {
+					return lkOutput{}, err
+				}
+				return lkOutput{OK: true, Attempts: reapers[k].st.take()}, nil
+			})
+			if err != nil {
+				fail("reap: %v", err)
+			}
+		}
+	}()
+
+	for ci := range cls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cls[ci]
+			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
+			var held *protocol.Assignment
+			var heldTok int64
+			var old []*protocol.Assignment
+			for range opsPer {
+				if errs.Load() > 0 {
+					return
+				}
+				if held == nil {
+					if _, err := e.requestJob(c.sv, c.k.job); err != nil {
+						fail("request: %v", err)
+						return
+					}
+					var asg *protocol.Assignment
+					_, err := rec.do(ci, lkInput{Kind: opAcquire, Key: c.k.name}, func() (lkOutput, error) {
+						var err error
+						asg, err = c.sv.Claim(e.ctx(), call(c.rn, nil), &protocol.ClaimRequest{})
+						if err != nil || asg == nil {
+							return lkOutput{}, err
+						}
+						tok := tokenOf(asg, c.k.name)
+						tokens.Store(asg.AttemptID, tok)
+						return lkOutput{OK: true, Token: tok, Exp: usSince(asg.Lease.ExpiresAt)}, nil
+					})
+					if err != nil {
+						fail("claim: %v", err)
+						return
+					}
+					if asg != nil {
+						held, heldTok = asg, tokenOf(asg, c.k.name)
+					}
+					continue
+				}
+				switch p := rng.IntN(10); {
+				case p < 4: // renew
+					if _, err := rec.do(ci, lkInput{Kind: opRenew, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) {
+						resp, err := c.sv.Renew(e.ctx(), call(c.rn, held))
+						if err != nil {
+							return lkOutput{}, expectedRefusal(err)
+						}
+						return lkOutput{OK: true, Exp: usSince(resp.ExpiresAt)}, nil
+					}); err != nil {
+						fail("renew: %v", err)
+						return
+					}
+				case p < 7: // release: the result
+					if _, err := rec.do(ci, lkInput{Kind: opRelease, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) {
+						_, err := c.sv.Result(e.ctx(), call(c.rn, held), succeeded())
+						if err != nil {
+							return lkOutput{}, expectedRefusal(err)
+						}
+						return lkOutput{OK: true}, nil
+					}); err != nil {
+						fail("result: %v", err)
+						return
+					}
+					old = append(old, held)
+					held = nil
+				case p < 8 && len(old) > 0: // a stale renew by an earlier holder
+					o := old[rng.IntN(len(old))]
+					if _, err := rec.do(ci, lkInput{Kind: opRenew, Key: c.k.name, Token: tokenOf(o, c.k.name)}, func() (lkOutput, error) {
+						resp, err := c.sv.Renew(e.ctx(), call(c.rn, o))
+						if err != nil {
+							return lkOutput{}, expectedRefusal(err)
+						}
+						return lkOutput{OK: true, Exp: usSince(resp.ExpiresAt)}, nil
+					}); err != nil {
+						fail("stale renew: %v", err)
+						return
+					}
+				default: // walk away: the lease will expire
+					old = append(old, held)
+					held = nil
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	clockWG.Wait()
+	require.Zero(t, errs.Load(), "unexpected errors in the workload")
+
+	// Resolve reaped attempts to tokens (their claims had returned by now).
+	for i := range rec.ops {
+		o := rec.ops[i].Output.(lkOutput)
+		if rec.ops[i].Input.(lkInput).Kind != opReap {
+			continue
+		}
+		for _, a := range o.Attempts {
+			tok, ok := tokens.Load(a)
+			require.True(t, ok, "reaped attempt %s was never claimed", a)
+			o.Tokens = append(o.Tokens, tok.(int64))
+		}
+		rec.ops[i].Output = o
+	}
+	return rec.ops
+}
+
+// expiryRecStore records the attempts its committed transactions ended as
+// expired (the reaper's work).
+type expiryRecStore struct {
+	store.Store
+	mu    sync.Mutex
+	ended []string
+}
+
+type expiryRecTx struct {
+	store.Tx
+	ended *[]string
+}
+
+func (t expiryRecTx) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
+	if err := t.Tx.AttemptUpdate(ctx, a); err != nil {
+		return err
+	}
+	if a.State == store.AttemptExpired {
+		*t.ended = append(*t.ended, a.ID)
+	}
+	return nil
+}
+
+func (s *expiryRecStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	var ended []string
+	err := s.Store.InTx(ctx, func(tx store.Tx) error {
+		ended = ended[:0]
+		return fn(expiryRecTx{tx, &ended})
+	})
+	if err == nil {
+		s.mu.Lock()
+		s.ended = append(s.ended, ended...)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// take returns and forgets the recorded attempts.
+func (s *expiryRecStore) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.ended
+	s.ended = nil
+	return out
+}
+
+// expectedRefusal maps the refusals of a non-holder (409 stale / expired)
+// to "not OK" (nil) and keeps any other error.
+func expectedRefusal(err error) error {
+	if errors.Is(err, protocol.ErrAttemptStale) || errors.Is(err, protocol.ErrLeaseExpired) {
+		return nil
+	}
+	return err
+}
+
+// checkLeaseHistory checks every key's history and returns the worst result.
+func checkLeaseHistory(t *testing.T, ops []porcupine.Operation, attemptKey func(string) string) porcupine.CheckResult {
+	t.Helper()
+	worst := porcupine.Ok
+	for _, k := range lkKeys {
+		var hist []porcupine.Operation
+		for _, op := range ops {
+			in := op.Input.(lkInput)
+			switch in.Kind {
+			case opAdvance:
+				hist = append(hist, op)
+			case opReap:
+				o := op.Output.(lkOutput)
+				mine := lkOutput{OK: true}
+				for i, a := range o.Attempts {
+					if attemptKey(a) == k.name {
+						mine.Tokens = append(mine.Tokens, o.Tokens[i])
+					}
+				}
+				op.Output = mine
+				hist = append(hist, op)
+			default:
+				if in.Key == k.name {
+					hist = append(hist, op)
+				}
+			}
+		}
+		res, _ := porcupine.CheckOperationsVerbose(leaseModel(k.limit, lkTTL), hist, 2*time.Minute)
+		t.Logf("key %s (limit %d): %d operations: %s", k.name, k.limit, len(hist), res)
+		if res == porcupine.Illegal || (res == porcupine.Unknown && worst == porcupine.Ok) {
+			worst = res
+		}
+	}
+	return worst
+}
+
+// attemptKeyFn reads each attempt's run lease key from the store.
+func attemptKeyFn(t *testing.T, st store.Store) func(string) string {
+	cache := map[string]string{}
+	return func(attemptID string) string {
+		if k, ok := cache[attemptID]; ok {
+			return k
+		}
+		a, err := st.AttemptGetByID(context.Background(), attemptID, false)
+		require.NoError(t, err)
+		r, err := st.RunGetByID(context.Background(), a.RunID, false)
+		require.NoError(t, err)
+		keys, err := runKeys(r)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		cache[attemptID] = keys[0].Key
+		return keys[0].Key
+	}
+}
+
+// lkSize is the workload of one store: the default keeps the package
+// within about a minute under -race; JOBPLANE_LONG=1 is the by-hand size.
+func lkSize(backend string) (clients, opsPer int) {
+	switch {
+	case longRun():
+		return 12, 10000
+	case backend == "sqlite":
+		return 6, 50
+	}
+	return 9, 80
+}
+
+// TestL1_LeaseLinearizability: the history of each key is linearizable with
+// respect to the lease model, on both stores, through two control planes;
+// plus SQL invariants at the end (no slot held twice, at most limit holds,
+// tokens below the key's counter, audit order of grants = token order).
+func TestL1_LeaseLinearizability(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		t.Parallel()
+		e := newLeaseEnv(t, b.st, lkJobs()...)
+		clients, opsPer := lkSize(b.name)
+		start := time.Now()
+		ops := lkWorkload(t, e, clients, opsPer, uint64(time.Now().UnixNano()))
+		t.Logf("%s: %d operations recorded in %s", b.name, len(ops), time.Since(start).Round(time.Millisecond))
+		res := checkLeaseHistory(t, ops, attemptKeyFn(t, b.st))
+		require.Equal(t, porcupine.Ok, res, "the lease history is not linearizable")
+		checkLeaseInvariants(t, b)
+	})
+}
+
+// checkLeaseInvariants states the L1/L7 invariants in SQL and on the audit
+// log: holds per key within the limit, one hold per slot, tokens distinct
+// and not above the counter, and grants audited in token order per key.
+func checkLeaseInvariants(t *testing.T, b backend) {
+	t.Helper()
+	require.Zero(t, b.count(t, `SELECT count(*) FROM (SELECT key, slot FROM leases GROUP BY tenant, key, slot HAVING count(*) > 1) x`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM (SELECT key, fencing_token FROM leases GROUP BY tenant, key, fencing_token HAVING count(*) > 1) x`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM leases l JOIN lease_keys k ON k.tenant = l.tenant AND k.key = l.key
+		WHERE l.fencing_token > k.last_fencing_token`))
+	checkAuditTokenOrder(t, b.st)
+}
+
+// checkAuditTokenOrder: per key, the lease.acquired events, in audit
+// sequence (= commit) order, carry strictly increasing tokens.
+func checkAuditTokenOrder(t *testing.T, st store.Store) {
+	t.Helper()
+	last := map[string]int64{}
+	n := 0
+	for _, ev := range auditAll(t, st) {
+		if ev.Action != "lease.acquired" {
+			continue
+		}
+		var d struct {
+			Key   string `json:"key"`
+			Token int64  `json:"fencing_token"`
+		}
+		require.NoError(t, json.Unmarshal(ev.Details, &d))
+		require.Greater(t, d.Token, last[d.Key], "key %s: token %d granted (audit seq %d) after token %d", d.Key, d.Token, ev.Seq, last[d.Key])
+		last[d.Key] = d.Token
+		n++
+	}
+	require.NotZero(t, n, "no lease.acquired event")
+}
+
+// noHolderCheckStore is the broken variant: a claim that finds its key
+// taken breaks the holder's hold (as a claim without the lock or the holder
+// check would) and takes the key anyway. The old holder's lease still works.
+type noHolderCheckStore struct{ store.Store }
+
+func (s noHolderCheckStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx store.Tx) error { return fn(noHolderCheckTx{tx}) })
+}
+
+type noHolderCheckTx struct{ store.Tx }
+
+func (t noHolderCheckTx) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) ([]store.LeaseHold, string, error) {
+	held, blocked, err := t.Tx.LeaseAcquire(ctx, p)
+	if err != nil || blocked == "" {
+		return held, blocked, err
+	}
+	if _, _, err := t.Tx.LeaseForceRelease(ctx, p.Tenant, blocked); err != nil {
+		return nil, "", err
+	}
+	return t.Tx.LeaseAcquire(ctx, p)
+}
+
+// TestL1_BrokenVariantIsCaught (N): the same workload on the broken store
+// must be reported not linearizable.
+func TestL1_BrokenVariantIsCaught(t *testing.T) {
+	t.Parallel()
+	st := testdb.Postgres(t)
+	e := newLeaseEnv(t, noHolderCheckStore{st}, lkJobs()...)
+	ops := lkWorkload(t, e, 6, 30, 7)
+	res := checkLeaseHistory(t, ops, attemptKeyFn(t, st))
+	require.Equal(t, porcupine.Illegal, res, "porcupine must catch a claim that ignores the holder")
+}
