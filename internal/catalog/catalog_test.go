@@ -385,3 +385,13 @@ func TestErrorString(t *testing.T) {
 	require.Equal(t, "jobs/a.yaml:0:0: bad", Error{File: "jobs/a.yaml", Message: "bad"}.Error())
 	require.Equal(t, "params.account: is required", (&ParamsError{Field: "account", Message: "is required"}).Error())
 }
+
+func TestParamDefaultsSatisfyTheSchema(t *testing.T) {
+	t.Parallel()
+	_, errs := Parse(files("jobs/hello.yaml", "name: hello\nparams:\n  type: object\n  properties:\n    n: {type: integer, minimum: 1, default: 0}\n    s: {type: string, default: ok}\nrun: {command: [x]}\n"))
+	require.Len(t, errs, 1)
+	require.Equal(t, "jobs/hello.yaml", errs[0].File)
+	require.Equal(t, 5, errs[0].Line)
+	require.Equal(t, "params.properties.n.default", errs[0].Field)
+	require.Contains(t, errs[0].Message, "default does not satisfy its schema")
+}

@@ -554,6 +554,19 @@ func (j *Job) parseParams(d *yamlpos.Decoder, n ast.Node, field string) {
 						j.defaults = map[string]any{}
 					}
 					j.defaults[name] = def
+					// A default that its own property schema refuses would
+					// make every run that relies on it fail at request time.
+					if ps := sch.Properties[name]; ps != nil {
+						if err := ps.Validate(def); err != nil {
+							msg := err.Error()
+							var ve *jsonschema.ValidationError
+							if errors.As(err, &ve) {
+								msg = firstLeaf(ve).ErrorKind.LocalizedString(printer)
+							}
+							d.Add(d.Lookup(n, []string{"properties", name, "default"}), yamlpos.Join(field, "properties."+name+".default"),
+								"default does not satisfy its schema: %s", msg)
+						}
+					}
 				}
 			}
 		}
