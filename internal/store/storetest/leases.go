@@ -489,7 +489,7 @@ func testLeaseConcurrent(t *testing.T, s store.Store) {
 		errs    = make([]error, workers)
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
-		timeout = time.Now().Add(15 * time.Second)
+		timeout = clock.Real{}.Now().Add(15 * time.Second)
 	)
 	for w := range workers {
 		wg.Add(1)
@@ -518,7 +518,7 @@ func testLeaseConcurrent(t *testing.T, s store.Store) {
 						return err
 					}
 					for {
-						if time.Now().After(timeout) {
+						if (clock.Real{}).Now().After(timeout) {
 							return fmt.Errorf("%s: attempt %s still blocked: lost wakeup?", pool, a.ID)
 						}
 						var held []store.LeaseHold
@@ -552,7 +552,7 @@ func testLeaseConcurrent(t *testing.T, s store.Store) {
 								if err != nil {
 									return err
 								}
-								if got.BlockedOn == "" || time.Now().After(timeout) {
+								if got.BlockedOn == "" || (clock.Real{}).Now().After(timeout) {
 									break
 								}
 								time.Sleep(2 * time.Millisecond)
