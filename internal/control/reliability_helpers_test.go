@@ -114,7 +114,10 @@ func (e *env) runner(name string) *store.Runner {
 		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
 		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
 	}
-	require.NoError(e.t, e.store.RunnerCreate(e.ctx(), r))
+	// Through a transaction, as registration does: other tests' goroutines
+	// may be writing, and an autocommit write would race BEGIN IMMEDIATE on
+	// SQLite in its busy handler.
+	require.NoError(e.t, e.store.InTx(e.ctx(), func(tx store.Tx) error { return tx.RunnerCreate(e.ctx(), r) }))
 	return r
 }
 
