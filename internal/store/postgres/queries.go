@@ -469,16 +469,7 @@ func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	defer rows.Close()
-	var out []*store.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, interpretError(rows.Err())
+	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return scanRun(r) })
 }
 
 func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {

@@ -34,22 +34,9 @@ func (q *queries) ApprovalListByRun(ctx context.Context, runID string) ([]*store
 }
 
 func (q *queries) RunListPendingApproval(ctx context.Context, createdBefore time.Time, n int) ([]*store.Run, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs
+	return q.runs(ctx, `SELECT `+runCols+` FROM runs
 		WHERE state = 'pending_approval' AND created_at < ? ORDER BY created_at LIMIT ?`,
 		createdBefore.UnixMicro(), limit(n))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []*store.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, interpretError(rows.Err())
 }
 
 // ---- secrets ----

@@ -425,9 +425,14 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 }
 
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs
+	return q.runs(ctx, `SELECT `+runCols+` FROM runs
 		WHERE tenant = ?1 AND (?2 = '' OR job = ?2) AND (?3 = '' OR state = ?3) AND (?4 = '' OR id < ?4)
 		ORDER BY id DESC LIMIT ?5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit))
+}
+
+// runs scans every run a query returns.
+func (q *queries) runs(ctx context.Context, query string, args ...any) ([]*store.Run, error) {
+	rows, err := q.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
