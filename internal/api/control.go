@@ -76,7 +76,7 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request, actor control
 		writeError(w, h.log, err)
 		return
 	}
-	runs, next, err := h.svc.ListRuns(r.Context(), actor, store.RunListParams{Job: q.Get("job"), State: q.Get("state"), Before: q.Get("cursor"), Limit: int(limit)})
+	runs, next, err := h.svc.ListRuns(r.Context(), actor, store.RunListParams{Job: q.Get("job"), State: q.Get("state"), Channel: q.Get("channel"), Actor: q.Get("actor"), Before: q.Get("cursor"), Limit: int(limit)})
 	if err != nil {
 		writeError(w, h.log, err)
 		return

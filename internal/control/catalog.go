@@ -110,6 +110,9 @@ type JobInfo struct {
 	Runbook     string          `json:"runbook,omitempty"`
 	RunbookText string          `json:"runbook_text,omitempty"`
 	Definition  json.RawMessage `json:"definition,omitempty"`
+
+	// RunbookMarkdown is the runbook's source, for the web UI to render.
+	RunbookMarkdown string `json:"-"`
 }
 
 // JobsView is the answer of GET /v1/jobs.

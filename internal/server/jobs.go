@@ -33,6 +33,7 @@ func (p *pinned) Describe(name string) (control.JobInfo, bool) {
 			info.RunbookText = "(runbook " + j.Runbook + " cannot be read: " + err.Error() + ")"
 		} else {
 			info.RunbookText = PlainText(string(data))
+			info.RunbookMarkdown = string(data)
 		}
 	}
 	return info, true

@@ -340,8 +340,11 @@ type RunListParams struct {
 	Tenant string
 	Job    string
 	State  string
-	Before string // cursor: list runs with ID < Before
-	Limit  int
+	// Channel and Actor filter by equality when set.
+	Channel string
+	Actor   string
+	Before  string // cursor: list runs with ID < Before
+	Limit   int
 }
 
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.

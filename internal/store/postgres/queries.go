@@ -465,7 +465,8 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	rows, err := q.db.Query(ctx, `SELECT `+runCols+` FROM runs
 		WHERE tenant = $1 AND ($2 = '' OR job = $2) AND ($3 = '' OR state = $3) AND ($4 = '' OR id < $4)
-		ORDER BY id DESC LIMIT $5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit))
+		AND ($6 = '' OR channel = $6) AND ($7 = '' OR actor = $7)
+		ORDER BY id DESC LIMIT $5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit), p.Channel, p.Actor)
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -276,6 +276,9 @@ func testRunList(t *testing.T, s store.Store) {
 			if i == 6 {
 				r.State = store.RunFailed
 			}
+			if i == 4 {
+				r.Channel, r.Actor = "staging", "bob"
+			}
 		})
 		ids = append(ids, r.ID)
 	}
@@ -308,6 +311,9 @@ func testRunList(t *testing.T, s store.Store) {
 	require.Equal(t, rev(ids[1], ids[3], ids[5]), listIDs(store.RunListParams{Job: "backfill", Limit: 10}))
 	require.Equal(t, []string{ids[6]}, listIDs(store.RunListParams{State: string(store.RunFailed), Limit: 10}))
 	require.Empty(t, listIDs(store.RunListParams{Job: "nope", Limit: 10}))
+	require.Equal(t, []string{ids[4]}, listIDs(store.RunListParams{Channel: "staging", Limit: 10}))
+	require.Equal(t, []string{ids[4]}, listIDs(store.RunListParams{Actor: "bob", Limit: 10}))
+	require.Empty(t, listIDs(store.RunListParams{Actor: "bob", Job: "backfill", Limit: 10}))
 }
 
 func testAttemptCreate(t *testing.T, s store.Store) {
