@@ -23,6 +23,7 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
+	"github.com/jobplane/jobplane/internal/web"
 )
 
 // Server is a running control plane.
@@ -139,7 +140,8 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
-		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		http: &http.Server{Handler: web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})),
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,0 +1,72 @@
+package web
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+func (h *Handler) funcs() template.FuncMap {
+	return template.FuncMap{
+		"ts": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"deref": func(t *time.Time) time.Time {
+			if t == nil {
+				return time.Time{}
+			}
+			return *t
+		},
+		"ago": func(t time.Time) string {
+			if t.IsZero() {
+				return "never"
+			}
+			return humanDuration(h.clock.Now().Sub(t)) + " ago"
+		},
+		"dur": humanDuration,
+		"runDur": func(r *store.Run) string {
+			end := h.clock.Now()
+			if r.FinishedAt != nil {
+				end = *r.FinishedAt
+			}
+			return humanDuration(end.Sub(r.CreatedAt))
+		},
+		"short": func(s string) string {
+			if len(s) > 12 {
+				return s[:12]
+			}
+			return s
+		},
+		"join":       strings.Join,
+		"terminal":   func(s store.RunState) bool { return s.Terminal() },
+		"hasPrefix":  strings.HasPrefix,
+		"trimPrefix": strings.TrimPrefix,
+		"str":        func(v any) string { return fmt.Sprint(v) },
+	}
+}
+
+// humanDuration rounds a duration for people: 850ms, 4.2s, 3m10s, 2h5m, 3d4h.
+func humanDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	days := int(d / (24 * time.Hour))
+	return fmt.Sprintf("%dd%dh", days, int((d-time.Duration(days)*24*time.Hour)/time.Hour))
+}

@@ -1,0 +1,319 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+func (h *Handler) routesPages(m *http.ServeMux) {
+	m.HandleFunc("GET /request", h.user(h.requestForm))
+	m.HandleFunc("POST /request", h.user(h.requestSubmit))
+	m.HandleFunc("GET /approvals", h.user(h.approvals))
+	m.HandleFunc("GET /leases", h.user(h.leases))
+	m.HandleFunc("POST /leases/release", h.user(h.releaseLease))
+	m.HandleFunc("GET /catalog", h.user(h.catalog))
+	m.HandleFunc("GET /catalog/{channel}/{job}", h.user(h.job))
+	m.HandleFunc("GET /runners", h.user(h.runners))
+	m.HandleFunc("POST /runners/{id}/disable", h.user(h.setRunner(store.RunnerDisabled)))
+	m.HandleFunc("POST /runners/{id}/enable", h.user(h.setRunner(store.RunnerActive)))
+	m.HandleFunc("GET /audit", h.user(h.audit))
+}
+
+// ---- approvals ----
+
+type approvalItem struct {
+	Run      *store.Run
+	Params   string
+	Rule     string
+	Approval *control.ApprovalRequirement
+	Given    int
+}
+
+type approvalsData struct {
+	Items []approvalItem
+	CSRF  string
+}
+
+// approvals lists the runs waiting for this principal's verdict: runs
+// pending approval whose approvers include the principal, not requested by
+// it, without its verdict yet.
+func (h *Handler) approvals(w http.ResponseWriter, r *http.Request, s *session) {
+	d := approvalsData{CSRF: s.CSRF}
+	before := ""
+	for {
+		views, next, err := h.svc.ListRuns(r.Context(), s.Actor, store.RunListParams{State: string(store.RunPendingApproval), Before: before, Limit: 500})
+		if err != nil {
+			h.renderError(w, r, s, err)
+			return
+		}
+		for _, v := range views {
+			var dec decisionRecord
+			_ = json.Unmarshal(v.Run.Decision, &dec)
+			if ok, _ := mayApprove(s.Actor, v.Run, dec, v.Approvals); !ok {
+				continue
+			}
+			given := 0
+			for _, a := range v.Approvals {
+				if a.Verdict == control.VerdictApproved {
+					given++
+				}
+			}
+			d.Items = append(d.Items, approvalItem{Run: v.Run, Params: pretty(v.Run.Params), Rule: dec.Request.Rule, Approval: dec.Request.Approval, Given: given})
+		}
+		if next == "" {
+			break
+		}
+		before = next
+	}
+	h.render(w, r, http.StatusOK, "approvals", view{Title: "Approvals", Nav: "approvals", Sess: s, Notice: r.URL.Query().Get("notice"), Data: d})
+}
+
+// ---- leases ----
+
+type leasesData struct {
+	Keys []*control.LeaseView
+	CSRF string
+	// Problem is a refused break-glass release, shown above the table.
+	Problem *problem
+}
+
+func (h *Handler) leaseData(r *http.Request, s *session) (*leasesData, error) {
+	holds, err := h.svc.ListLeases(r.Context(), s.Actor, "")
+	if err != nil {
+		return nil, err
+	}
+	d := &leasesData{CSRF: s.CSRF}
+	var keys []string
+	for _, hv := range holds {
+		keys = append(keys, hv.Key)
+	}
+	slices.Sort(keys)
+	for _, k := range slices.Compact(keys) {
+		lv, err := h.svc.ShowLease(r.Context(), s.Actor, k)
+		if err != nil {
+			return nil, err
+		}
+		d.Keys = append(d.Keys, lv)
+	}
+	return d, nil
+}
+
+func (h *Handler) leases(w http.ResponseWriter, r *http.Request, s *session) {
+	d, err := h.leaseData(r, s)
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "leases", view{Title: "Leases", Nav: "leases", Sess: s, Notice: r.URL.Query().Get("notice"), Data: d})
+}
+
+func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, s *session) {
+	key := r.PostFormValue("key")
+	if _, err := h.svc.ReleaseLease(r.Context(), s.Actor, key, r.PostFormValue("reason")); err != nil {
+		d, derr := h.leaseData(r, s)
+		if derr != nil {
+			h.renderError(w, r, s, err)
+			return
+		}
+		p := toProblem(h.log, err)
+		d.Problem = &p
+		h.render(w, r, p.Status, "leases", view{Title: "Leases", Nav: "leases", Sess: s, Data: d})
+		return
+	}
+	http.Redirect(w, r, "/leases?notice="+url.QueryEscape("released "+key), http.StatusSeeOther)
+}
+
+// ---- catalog ----
+
+type catalogChannel struct {
+	control.ChannelView
+	Jobs  []control.JobInfo
+	Error string
+}
+
+type catalogData struct {
+	Channels []catalogChannel
+}
+
+func (h *Handler) catalog(w http.ResponseWriter, r *http.Request, s *session) {
+	cv, err := h.svc.Catalogs(r.Context(), s.Actor)
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	var d catalogData
+	for _, c := range cv.Channels {
+		cc := catalogChannel{ChannelView: c}
+		if jv, err := h.svc.ListJobs(r.Context(), s.Actor, c.Channel, c.Branch); err == nil {
+			cc.Jobs = jv.Jobs
+		} else {
+			cc.Error = toProblem(h.log, err).Detail
+		}
+		d.Channels = append(d.Channels, cc)
+	}
+	h.render(w, r, http.StatusOK, "catalog", view{Title: "Catalog", Nav: "catalog", Sess: s, Data: d})
+}
+
+type jobData struct {
+	Job     *control.JobView
+	Runbook template.HTML
+	Params  string
+	Leases  string
+	Fields  []*field
+	// Pinned is the commit a run pinned, when the page was opened from a
+	// run whose commit is no longer the active one.
+	Pinned string
+}
+
+func (h *Handler) job(w http.ResponseWriter, r *http.Request, s *session) {
+	jv, err := h.svc.ShowJob(r.Context(), s.Actor, r.PathValue("channel"), r.URL.Query().Get("ref"), r.PathValue("job"))
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	d := jobData{Job: jv, Runbook: renderMarkdown(jv.RunbookMarkdown)}
+	var def struct {
+		Params json.RawMessage `json:"params"`
+		Leases json.RawMessage `json:"leases"`
+	}
+	_ = json.Unmarshal(jv.Definition, &def)
+	d.Params, d.Leases = pretty(def.Params), pretty(def.Leases)
+	if c := r.URL.Query().Get("commit"); c != "" && c != jv.Commit {
+		d.Pinned = c
+	}
+	h.render(w, r, http.StatusOK, "job", view{Title: jv.Name, Nav: "catalog", Sess: s, Data: d})
+}
+
+// ---- runners ----
+
+type runnersData struct {
+	Runners []control.RunnerView
+	Now     time.Time
+	CSRF    string
+}
+
+func (h *Handler) runners(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.Actor.Admin {
+		h.renderError(w, r, s, errNotAdmin("The runners page"))
+		return
+	}
+	rs, err := h.svc.ListRunners(r.Context(), s.Actor)
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	slices.SortFunc(rs, func(a, b control.RunnerView) int {
+		if c := compareStr(a.Runner.Pool, b.Runner.Pool); c != 0 {
+			return c
+		}
+		return compareStr(a.Runner.Name, b.Runner.Name)
+	})
+	h.render(w, r, http.StatusOK, "runners", view{Title: "Runners", Nav: "runners", Sess: s, Notice: r.URL.Query().Get("notice"),
+		Data: runnersData{Runners: rs, Now: h.clock.Now(), CSRF: s.CSRF}})
+}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (h *Handler) setRunner(status string) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		rn, err := h.svc.SetRunnerStatus(r.Context(), s.Actor, r.PathValue("id"), status)
+		if err != nil {
+			h.renderError(w, r, s, err)
+			return
+		}
+		http.Redirect(w, r, "/runners?notice="+url.QueryEscape(rn.Name+" is "+rn.Status), http.StatusSeeOther)
+	}
+}
+
+// ---- audit ----
+
+type auditData struct {
+	Filter   auditForm
+	Events   []*store.AuditEvent
+	NextLink string
+	// Chain is the hash-chain verification status; empty until the store
+	// keeps a chain (see docs/web.md).
+	Chain string
+}
+
+type auditForm struct {
+	Run, Actor, Action, Since, Until string
+}
+
+// timeLayout is what <input type="datetime-local"> sends; times are UTC.
+const timeLayout = "2006-01-02T15:04"
+
+func (h *Handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.Actor.Admin {
+		h.renderError(w, r, s, errNotAdmin("The audit log"))
+		return
+	}
+	q := r.URL.Query()
+	form := auditForm{Run: q.Get("run"), Actor: q.Get("actor"), Action: q.Get("action"), Since: q.Get("since"), Until: q.Get("until")}
+	f := control.AuditFilter{RunID: form.Run, Actor: form.Actor, Action: form.Action, Limit: 100}
+	var err error
+	if f.After, err = optInt(q.Get("after")); err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	for _, t := range []struct {
+		in  string
+		out *time.Time
+	}{{form.Since, &f.Since}, {form.Until, &f.Until}} {
+		if t.in == "" {
+			continue
+		}
+		v, perr := time.Parse(timeLayout, t.in)
+		if perr != nil {
+			h.renderError(w, r, s, fmt.Errorf("time %q is not YYYY-MM-DDTHH:MM: %w", t.in, protocol.ErrBadRequest))
+			return
+		}
+		*t.out = v
+	}
+	events, next, err := h.svc.SearchAudit(r.Context(), s.Actor, f)
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	d := auditData{Filter: form, Events: events}
+	if next != 0 {
+		nq := url.Values{}
+		for k, v := range map[string]string{"run": form.Run, "actor": form.Actor, "action": form.Action, "since": form.Since, "until": form.Until} {
+			if v != "" {
+				nq.Set(k, v)
+			}
+		}
+		nq.Set("after", strconv.FormatInt(next, 10))
+		d.NextLink = "/audit?" + nq.Encode()
+	}
+	h.render(w, r, http.StatusOK, "audit", view{Title: "Audit", Nav: "audit", Sess: s, Data: d})
+}
+
+func optInt(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a non-negative integer: %w", v, protocol.ErrBadRequest)
+	}
+	return n, nil
+}

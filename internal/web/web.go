@@ -1,0 +1,193 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config wires the UI.
+type Config struct {
+	Control *control.Service
+	Auth    *authn.Authenticator
+	Logger  *slog.Logger
+	Clock   clock.Clock
+	// PublicURL is the server's external URL; an https one marks cookies
+	// Secure even behind a TLS-terminating proxy.
+	PublicURL string
+}
+
+// Handler serves the UI.
+type Handler struct {
+	svc    *control.Service
+	auth   *authn.Authenticator
+	log    *slog.Logger
+	clock  clock.Clock
+	secure bool
+	mux    *http.ServeMux
+	pages  map[string]*template.Template
+}
+
+// pageNames are the templates rendered inside the layout.
+var pageNames = []string{"signin", "runs", "run", "request", "approvals", "leases", "catalog", "job", "runners", "audit", "error"}
+
+// New builds the UI handler. Templates are embedded, so a parse error is a
+// programming error caught by every test.
+func New(cfg Config) *Handler {
+	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(),
+		secure: strings.HasPrefix(cfg.PublicURL, "https://"), pages: map[string]*template.Template{}}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.clock == nil {
+		h.clock = clock.Real{}
+	}
+	for _, name := range pageNames {
+		h.pages[name] = template.Must(template.New("layout.html").Funcs(h.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
+	}
+	static, _ := fs.Sub(staticFS, "static")
+	m := h.mux
+	m.Handle("GET /static/", http.StripPrefix("/static/", cacheable(http.FileServerFS(static))))
+	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusSeeOther) })
+	m.HandleFunc("GET /signin", h.signinForm)
+	m.HandleFunc("POST /signin", h.signin)
+	m.HandleFunc("POST /signout", h.user(h.signout))
+	h.routesRuns(m)
+	h.routesPages(m)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.renderError(w, r, nil, fmt.Errorf("no page %s: %w", r.URL.Path, protocol.ErrNotFound))
+	})
+	return h
+}
+
+// ServeHTTP adds the security headers every UI answer carries. The content
+// security policy allows scripts and styles from this server only: no
+// inline script runs, whatever a page happens to contain.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "same-origin")
+	h.mux.ServeHTTP(w, r)
+}
+
+func cacheable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Mount serves the API's paths (/v1/, health, discovery) with api and every
+// other path with ui.
+func Mount(api, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if strings.HasPrefix(p, "/v1/") || p == "/v1" || p == "/healthz" || p == "/readyz" || strings.HasPrefix(p, "/.well-known/") {
+			api.ServeHTTP(w, r)
+			return
+		}
+		ui.ServeHTTP(w, r)
+	})
+}
+
+// view is what every page template receives.
+type view struct {
+	Title  string
+	Nav    string
+	Sess   *session
+	Notice string
+	Data   any
+}
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v view) {
+	h.renderTemplate(w, status, page, "layout.html", v)
+}
+
+// renderTemplate executes into a buffer first so that a failing template
+// never leaves half a page behind a 200.
+func (h *Handler) renderTemplate(w http.ResponseWriter, status int, page, name string, data any) {
+	var buf bytes.Buffer
+	if err := h.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
+		h.log.Error("web: render", "page", page, "template", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// problem is an error as a page shows it.
+type problem struct {
+	Status int
+	Code   string
+	Title  string
+	Detail string
+	Field  string
+	// Decision is a denial's policy decision.
+	Decision *control.Decision
+	RunID    string
+}
+
+func toProblem(log *slog.Logger, err error) problem {
+	var pe *protocol.Error
+	p := problem{Status: http.StatusInternalServerError, Code: protocol.CodeInternal, Title: "Internal error"}
+	if errors.As(err, &pe) {
+		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
+		p.Detail = detail(err, pe)
+	} else {
+		log.Error("web: internal error", "err", err)
+	}
+	var fe *control.FieldError
+	if errors.As(err, &fe) {
+		p.Field = fe.Field
+	}
+	var de *control.DeniedError
+	if errors.As(err, &de) {
+		d := de.Decision
+		p.Decision, p.RunID = &d, de.RunID
+	}
+	var re *control.RunRefError
+	if errors.As(err, &re) {
+		p.RunID = re.RunID
+	}
+	return p
+}
+
+// detail strips the trailing ": code" of a wrapped sentinel and anything a
+// driver added after it, as the API does.
+func detail(err error, pe *protocol.Error) string {
+	s := err.Error()
+	if i := strings.Index(s, ": "+pe.Code); i >= 0 {
+		return s[:i]
+	}
+	if s == pe.Code {
+		return ""
+	}
+	return s
+}
+
+func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	p := toProblem(h.log, err)
+	h.render(w, r, p.Status, "error", view{Title: p.Title, Sess: s, Data: p})
+}
