@@ -2,8 +2,8 @@ package web
 
 import (
 	"bytes"
+	"html"
 	"html/template"
-	"net/url"
 	"strings"
 
 	"github.com/yuin/goldmark"
@@ -32,15 +32,15 @@ func renderMarkdown(src string) template.HTML {
 		}
 		switch l := n.(type) {
 		case *ast.Link:
-			if !safeURL(string(l.Destination)) {
+			if !safeDestination(l.Destination) {
 				l.Destination = []byte("#unsafe-link-removed")
 			}
 		case *ast.Image:
-			if !safeURL(string(l.Destination)) {
+			if !safeDestination(l.Destination) {
 				l.Destination = []byte("#unsafe-link-removed")
 			}
 		case *ast.AutoLink:
-			if !safeURL(string(l.URL(source))) {
+			if !safeDestination(l.URL(source)) {
 				unsafeAuto = append(unsafeAuto, l)
 			}
 		}
@@ -60,16 +60,23 @@ func renderMarkdown(src string) template.HTML {
 	return template.HTML(buf.String()) //nolint:gosec // sanitized as described
 }
 
-// safeURL allows http, https and mailto URLs and scheme-less references.
+// safeDestination checks a destination as written and with its character
+// references resolved, as the renderer will resolve them.
+func safeDestination(d []byte) bool {
+	return safeURL(string(d)) && safeURL(html.UnescapeString(string(d)))
+}
+
+// safeURL allows http, https and mailto URLs and references without a
+// scheme. Any colon before the first "/", "?" or "#" is read as ending a
+// scheme, so "java\tscript:" or "\x01javascript:" (which browsers clean up
+// into javascript:) are refused too.
 func safeURL(raw string) bool {
 	s := strings.TrimSpace(raw)
-	u, err := url.Parse(s)
-	if err != nil {
-		return false
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "", "http", "https", "mailto":
-	default:
+	if i := strings.IndexAny(s, ":/?#"); i >= 0 && s[i] == ':' {
+		switch strings.ToLower(s[:i]) {
+		case "http", "https", "mailto":
+			return true
+		}
 		return false
 	}
 	return true

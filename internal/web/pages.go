@@ -17,15 +17,15 @@ import (
 
 func (h *Handler) routesPages(m *http.ServeMux) {
 	m.HandleFunc("GET /request", h.user(h.requestForm))
-	m.HandleFunc("POST /request", h.user(h.requestSubmit))
+	h.post(m, "/request", h.requestSubmit)
 	m.HandleFunc("GET /approvals", h.user(h.approvals))
 	m.HandleFunc("GET /leases", h.user(h.leases))
-	m.HandleFunc("POST /leases/release", h.user(h.releaseLease))
+	h.post(m, "/leases/release", h.releaseLease)
 	m.HandleFunc("GET /catalog", h.user(h.catalog))
 	m.HandleFunc("GET /catalog/{channel}/{job}", h.user(h.job))
 	m.HandleFunc("GET /runners", h.user(h.runners))
-	m.HandleFunc("POST /runners/{id}/disable", h.user(h.setRunner(store.RunnerDisabled)))
-	m.HandleFunc("POST /runners/{id}/enable", h.user(h.setRunner(store.RunnerActive)))
+	h.post(m, "/runners/{id}/disable", h.setRunner(store.RunnerDisabled))
+	h.post(m, "/runners/{id}/enable", h.setRunner(store.RunnerActive))
 	m.HandleFunc("GET /audit", h.user(h.audit))
 }
 

@@ -20,9 +20,9 @@ func (h *Handler) routesRuns(m *http.ServeMux) {
 	m.HandleFunc("GET /runs/{id}", h.user(h.run))
 	m.HandleFunc("GET /runs/{id}/live", h.user(h.runLive))
 	m.HandleFunc("GET /runs/{id}/log/stream", h.user(h.logStream))
-	m.HandleFunc("POST /runs/{id}/cancel", h.user(h.cancel))
-	m.HandleFunc("POST /runs/{id}/approve", h.user(h.verdict(true)))
-	m.HandleFunc("POST /runs/{id}/reject", h.user(h.verdict(false)))
+	h.post(m, "/runs/{id}/cancel", h.cancel)
+	h.post(m, "/runs/{id}/approve", h.verdict(true))
+	h.post(m, "/runs/{id}/reject", h.verdict(false))
 }
 
 // runStates are the states the filter offers.

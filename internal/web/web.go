@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/jobplane/jobplane/internal/authn"
@@ -43,6 +44,8 @@ type Handler struct {
 	secure bool
 	mux    *http.ServeMux
 	pages  map[string]*template.Template
+	// posts are the state-changing routes, all registered through post.
+	posts []string
 }
 
 // pageNames are the templates rendered inside the layout.
@@ -68,7 +71,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusSeeOther) })
 	m.HandleFunc("GET /signin", h.signinForm)
 	m.HandleFunc("POST /signin", h.signin)
-	m.HandleFunc("POST /signout", h.user(h.signout))
+	h.post(m, "/signout", h.signout)
 	h.routesRuns(m)
 	h.routesPages(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -76,6 +79,17 @@ func New(cfg Config) *Handler {
 	})
 	return h
 }
+
+// post registers a state-changing route: it needs a session and its CSRF
+// token (see user).
+func (h *Handler) post(m *http.ServeMux, path string, fn func(http.ResponseWriter, *http.Request, *session)) {
+	h.posts = append(h.posts, path)
+	m.HandleFunc("POST "+path, h.user(fn))
+}
+
+// StateChangingRoutes lists the POST routes that act for a session (every
+// one but sign-in, which has its own double-submit token); tests sweep it.
+func (h *Handler) StateChangingRoutes() []string { return slices.Clone(h.posts) }
 
 // ServeHTTP adds the security headers every UI answer carries. The content
 // security policy allows scripts and styles from this server only: no
