@@ -43,14 +43,11 @@ type runsData struct {
 func (h *Handler) listRuns(r *http.Request, s *session) (*runsData, error) {
 	q := r.URL.Query()
 	f := store.RunListParams{Job: q.Get("job"), State: q.Get("state"), Channel: q.Get("channel"), Actor: q.Get("actor"), Before: q.Get("before"), Limit: runsPerPage}
-	views, next, err := h.svc.ListRuns(r.Context(), s.Actor, f)
+	rows, next, err := h.svc.ListRunSummaries(r.Context(), s.Actor, f)
 	if err != nil {
 		return nil, err
 	}
-	d := &runsData{Filter: f, States: runStates, Next: next}
-	for _, v := range views {
-		d.Rows = append(d.Rows, v.Run)
-	}
+	d := &runsData{Filter: f, States: runStates, Rows: rows, Next: next}
 	vals := url.Values{}
 	for k, v := range map[string]string{"job": f.Job, "state": f.State, "channel": f.Channel, "actor": f.Actor, "before": f.Before} {
 		if v != "" {
