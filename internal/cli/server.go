@@ -139,16 +139,17 @@ func (c *DevCmd) Run(g *Globals) error {
 	go func() { workerDone <- c.runWorker(ctx, srv.URL(), token, log) }()
 
 	fmt.Fprintf(g.Stdout, `jobplane dev is running at %s
-  data:        %s
-  definitions: %s (channel prod = branch main)
-  admin token: in %s
+  web UI:      %[1]s/ (sign in with the token in %[5]s)
+  data:        %[2]s
+  definitions: %[3]s (channel prod = branch main)
+  admin token: in %[4]s
 
 Next, in another terminal in this directory:
   jobplane run hello --wait                 request a run and follow its log
   jobplane run hello -p name=you --wait     with a parameter
   jobplane runs                             list runs
 Stop with Ctrl-C.
-`, srv.URL(), c.DataDir, defs, filepath.Join(c.DataDir, config.ClientFile))
+`, srv.URL(), c.DataDir, defs, filepath.Join(c.DataDir, config.ClientFile), filepath.Join(c.DataDir, "admin-token"))
 	err = serveUntilDone(g.Ctx, srv)
 	cancel()
 	select {
