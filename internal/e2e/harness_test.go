@@ -505,7 +505,13 @@ type worker struct {
 // empty for a worker that is already registered.
 func startWorker(t *testing.T, s *server, name, stateDir, regToken string) *worker {
 	t.Helper()
-	args := []string{"worker", "--server", s.url, "--state-dir", stateDir, "--concurrency", "1", "--name", name, "--log-level", "debug"}
+	return startWorkerVia(t, s.url, name, stateDir, regToken)
+}
+
+// startWorkerVia is startWorker talking to the server at url (a proxy).
+func startWorkerVia(t *testing.T, url, name, stateDir, regToken string) *worker {
+	t.Helper()
+	args := []string{"worker", "--server", url, "--state-dir", stateDir, "--concurrency", "1", "--name", name, "--log-level", "debug"}
 	if regToken != "" {
 		args = append(args, "--registration-token", regToken)
 	}

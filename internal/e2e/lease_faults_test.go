@@ -4,8 +4,12 @@ package e2e
 // its TTL), with real servers, workers and jobs, and real time.
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +17,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // ledgerEvents parses the fenced counter's ledger into per-token outcomes.
@@ -164,4 +171,140 @@ func pausedHolderRound(t *testing.T, b backend, mode string) {
 	} else {
 		require.Less(t, got, int64(len(ev.acks)), "without the fence the paused holder must lose an update")
 	}
+}
+
+// tickerScript appends "tick TOKEN NS" every 0.1 s for about 8 s, from its
+// own process group, or, escaped, from a new session its worker cannot stop.
+func tickerScript(dir, key string, escaped bool) string {
+	loop := fmt.Sprintf(`echo $$ >> %[1]s/pids; t=$(printf '%%s' "$JOBPLANE_FENCING_TOKENS" | sed 's/.*"%[2]s":\([0-9]*\).*/\1/'); `+
+		`i=0; while [ $i -lt 80 ]; do echo "tick $t $(date +%%s%%N)" >> %[1]s/ledger; sleep 0.1; i=$((i+1)); done`, dir, key)
+	if !escaped {
+		return loop
+	}
+	file := filepath.Join(dir, "ticker.sh")
+	if err := os.WriteFile(file, []byte(loop+"\n"), 0o644); err != nil {
+		panic(err) // a temp dir of the test
+	}
+	return fmt.Sprintf(`echo $$ >> %s/pids; setsid sh %s & wait`, dir, file)
+}
+
+// ticks groups tick times (Unix ns) by fencing token.
+func ticks(t *testing.T, lines []string) map[int64][]int64 {
+	t.Helper()
+	out := map[int64][]int64{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != "tick" {
+			continue
+		}
+		tok, err1 := strconv.ParseInt(f[1], 10, 64)
+		at, err2 := strconv.ParseInt(f[2], 10, 64)
+		require.NoError(t, errors.Join(err1, err2), "ledger line %q", l)
+		out[tok] = append(out[tok], at)
+	}
+	return out
+}
+
+// overlap reports the first pair of holders whose effects interleave: every
+// effect of a token must come before every effect of a higher token.
+func overlap(byToken map[int64][]int64) error {
+	toks := slices.Sorted(maps.Keys(byToken))
+	for i := 1; i < len(toks); i++ {
+		last, first := slices.Max(byToken[toks[i-1]]), slices.Min(byToken[toks[i]])
+		if last >= first {
+			return fmt.Errorf("token %d acted %s after token %d started", toks[i-1], time.Duration(last-first), toks[i])
+		}
+	}
+	return nil
+}
+
+// TestL10_PartitionedHolderSelfFences: the worker holding a key loses its
+// network to the control plane (a proxy drops everything for 3×TTL). It
+// must stop its job at its own deadline, before the control plane lets the
+// lease expire and hands the key to a worker on the other side, so the two
+// holders' effects never interleave; after the heal the old attempt's
+// calls are refused. The N variant is a job that escapes its worker's stop
+// (a new session): the same check must see the interleaving.
+func TestL10_PartitionedHolderSelfFences(t *testing.T) {
+	t.Parallel()
+	t.Run("fenced", func(t *testing.T) {
+		t.Parallel()
+		eachBackend(t, func(t *testing.T, b backend) { partitionRound(t, b, false) })
+	})
+	t.Run("escaped", func(t *testing.T) {
+		t.Parallel()
+		partitionRound(t, backends[0], true)
+	})
+}
+
+func partitionRound(t *testing.T, b backend, escaped bool) {
+	const ttl = 3 * time.Second
+	e := newLeaseEnv(t, func(dir string) []job {
+		return []job{{name: "ticker", script: tickerScript(dir, "partitioned", escaped), leaseTTL: "3s"}}
+	}, map[string]string{"ticker": "  - key: partitioned\n"})
+	s := startServer(t, b.dsn(t), e)
+	px := newFaultProxy(t, s.addr)
+	wa := startWorkerVia(t, px.url(), "worker-a", t.TempDir(), s.registrationToken())
+
+	run1 := s.createRun("ticker")
+	var tok1 int64
+	eventually(t, 30*time.Second, "run 1 ticking on worker A", func() (bool, string) {
+		for tok, at := range ticks(t, e.lines("ledger")) {
+			if len(at) >= 3 {
+				tok1 = tok
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(e.lines("ledger"))
+	})
+	startWorker(t, s, "worker-b", t.TempDir(), s.registrationToken())
+	run2 := s.createRun("ticker")
+	px.partition()
+	parted := time.Now()
+
+	var tok2 int64
+	eventually(t, 30*time.Second, "run 2 ticking on worker B", func() (bool, string) {
+		for tok := range ticks(t, e.lines("ledger")) {
+			if tok > tok1 {
+				tok2 = tok
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+	t.Logf("token %d took over from %d %s after the partition", tok2, tok1, time.Since(parted).Round(time.Millisecond))
+	if escaped {
+		time.Sleep(time.Second)
+		require.Error(t, overlap(ticks(t, e.lines("ledger"))), "an escaped job keeps acting: the check must see it")
+		return
+	}
+	time.Sleep(time.Until(parted.Add(3 * ttl)))
+	px.heal()
+
+	r2 := s.waitState(run2.ID, 40*time.Second, "succeeded", "failed", "cancelled", "timed_out")
+	require.Equal(t, "succeeded", r2.State, runSummary(r2))
+	r1 := s.waitState(run1.ID, 30*time.Second, "succeeded", "failed", "cancelled", "timed_out")
+	require.NotEqual(t, "succeeded", r1.State, runSummary(r1))
+	require.Equal(t, "expired", r1.Attempts[0].State, runSummary(r1))
+
+	byTok := ticks(t, e.lines("ledger"))
+	require.NoError(t, overlap(byTok))
+	// Self-fenced at the worker's deadline: no effect later than one TTL
+	// after the last renewal could have been sent (the partition).
+	last := time.Unix(0, slices.Max(byTok[tok1]))
+	require.Less(t, last.Sub(parted), ttl, "worker A's job acted %s into the partition", last.Sub(parted))
+	require.Contains(t, wa.proc.output(), "lease lost", "worker A stopped its job for its own deadline")
+
+	// After the heal, the old attempt's calls are refused and change nothing.
+	rc := runnerClient(t, s, wa.stateDir)
+	ref := apiclient.AttemptRef{RunID: run1.ID, AttemptID: r1.Attempts[0].ID, LeaseToken: "stale-" + randHex(8)}
+	_, err := rc.Renew(s.ctx(), ref)
+	require.True(t, apiclient.IsCode(err, protocol.CodeAttemptStale) || apiclient.IsCode(err, protocol.CodeLeaseExpired), "late renew: %v", err)
+	_, err = rc.Result(s.ctx(), ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "late", RequestID: "late-" + randHex(8)})
+	require.True(t, apiclient.IsCode(err, protocol.CodeAttemptStale) || apiclient.IsCode(err, protocol.CodeLeaseExpired), "late result: %v", err)
+	require.Equal(t, r1.State, s.getRun(run1.ID).State)
+
+	// Worker A is back in service.
+	r3 := s.waitState(s.createRun("ticker").ID, 40*time.Second, "succeeded", "failed", "cancelled", "timed_out")
+	require.Equal(t, "succeeded", r3.State, runSummary(r3))
 }
