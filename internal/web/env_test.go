@@ -102,6 +102,7 @@ type env struct {
 	svc    *control.Service
 	st     store.Store
 	gates  string
+	repo   string
 	admin  control.Actor
 	tokens map[string]string // principal name → API token
 }
@@ -125,7 +126,7 @@ func newEnv(t *testing.T) *env {
 		defer cancel()
 		_ = srv.Stop(sctx)
 	})
-	e := &env{t: t, srv: srv, url: srv.URL(), svc: srv.Control(), st: srv.Store(), gates: gates, tokens: map[string]string{"admin": adminToken}}
+	e := &env{t: t, srv: srv, url: srv.URL(), svc: srv.Control(), st: srv.Store(), gates: gates, repo: repo, tokens: map[string]string{"admin": adminToken}}
 	p, err := (&authn.Authenticator{Store: e.st, Clock: clock.Real{}}).Principal(ctx, bearer(adminToken))
 	require.NoError(t, err)
 	e.admin = control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}

@@ -23,6 +23,7 @@ func (h *Handler) routesPages(m *http.ServeMux) {
 	h.post(m, "/leases/release", h.releaseLease)
 	m.HandleFunc("GET /catalog", h.user(h.catalog))
 	m.HandleFunc("GET /catalog/{channel}/{job}", h.user(h.job))
+	m.HandleFunc("GET /runs/{id}/job", h.user(h.runJob))
 	m.HandleFunc("GET /runners", h.user(h.runners))
 	h.post(m, "/runners/{id}/disable", h.setRunner(store.RunnerDisabled))
 	h.post(m, "/runners/{id}/enable", h.setRunner(store.RunnerActive))
@@ -169,28 +170,33 @@ type jobData struct {
 	Runbook template.HTML
 	Params  string
 	Leases  string
-	Fields  []*field
-	// Pinned is the commit a run pinned, when the page was opened from a
-	// run whose commit is no longer the active one.
-	Pinned string
+	// RunID is set when the page shows the commit a run pinned.
+	RunID string
 }
 
 func (h *Handler) job(w http.ResponseWriter, r *http.Request, s *session) {
 	jv, err := h.svc.ShowJob(r.Context(), s.Actor, r.PathValue("channel"), r.URL.Query().Get("ref"), r.PathValue("job"))
+	h.renderJob(w, r, s, jv, "", err)
+}
+
+// runJob is the job as the commit a run pinned defines it.
+func (h *Handler) runJob(w http.ResponseWriter, r *http.Request, s *session) {
+	jv, err := h.svc.RunJob(r.Context(), s.Actor, r.PathValue("id"))
+	h.renderJob(w, r, s, jv, r.PathValue("id"), err)
+}
+
+func (h *Handler) renderJob(w http.ResponseWriter, r *http.Request, s *session, jv *control.JobView, runID string, err error) {
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return
 	}
-	d := jobData{Job: jv, Runbook: renderMarkdown(jv.RunbookMarkdown)}
+	d := jobData{Job: jv, Runbook: renderMarkdown(jv.RunbookMarkdown), RunID: runID}
 	var def struct {
 		Params json.RawMessage `json:"params"`
 		Leases json.RawMessage `json:"leases"`
 	}
 	_ = json.Unmarshal(jv.Definition, &def)
 	d.Params, d.Leases = pretty(def.Params), pretty(def.Leases)
-	if c := r.URL.Query().Get("commit"); c != "" && c != jv.Commit {
-		d.Pinned = c
-	}
 	h.render(w, r, http.StatusOK, "job", view{Title: jv.Name, Nav: "catalog", Sess: s, Data: d})
 }
 

@@ -1,0 +1,17 @@
+package server
+
+import (
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/gitsync"
+)
+
+// AtCommit returns the definitions of an exact commit, as a run pinned to it
+// sees them (control.CommitDefinitions).
+func (d *definitions) AtCommit(channel, branch, commit string) (control.JobCatalog, error) {
+	cat, err := d.src.AtCommit(commit)
+	if err != nil {
+		return nil, err
+	}
+	return &pinned{src: d.src, snap: &gitsync.Snapshot{Channel: channel, Branch: branch, Commit: commit, Head: commit,
+		Protected: d.src.Protected(branch), Catalog: cat}}, nil
+}
