@@ -133,6 +133,14 @@ func (b *browser) eval(ctx context.Context, expr string) bool {
 	return v
 }
 
+// requireLabelled checks that every form control on the page has a label.
+func (b *browser) requireLabelled(ctx context.Context) {
+	b.t.Helper()
+	ok := b.eval(ctx, `[...document.querySelectorAll("input:not([type=hidden]), select, textarea")].every(el => el.labels.length > 0 || el.hasAttribute("aria-label"))`)
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	require.True(b.t, ok, "a form control without a label on %s", loc)
+}
+
 func (b *browser) signIn(ctx context.Context, token, who string) {
 	b.t.Helper()
 	b.do(ctx,
@@ -177,6 +185,7 @@ func TestBrowserRequestRunWatchLog(t *testing.T) {
 		waitJS(`document.querySelector("#p-who-err").textContent.includes("Must match")`),
 		chromedp.Click(q("#submit-request")),
 	)
+	b.requireLabelled(tab)
 	// The invalid form was not sent: still on the form, no run exists.
 	require.True(t, b.eval(tab, `location.pathname === "/request" && document.querySelector("#p-who").getAttribute("aria-invalid") === "true"`))
 	runs, _, err := e.svc.ListRuns(context.Background(), e.admin, store.RunListParams{})
@@ -234,7 +243,12 @@ func TestBrowserApproveAsSecondUser(t *testing.T) {
 	)
 	require.True(t, b.eval(alice, `document.querySelector("#approve") === null && document.querySelector("#approve-note").textContent.includes("You requested")`))
 	b.do(alice, chromedp.Navigate(b.base+"/approvals"), chromedp.WaitVisible(q("main h1")))
+	b.requireLabelled(alice)
 	require.True(t, b.eval(alice, `document.querySelector('[data-run="`+id+`"]') === null`))
+	// The keyboard reaches the skip link first.
+	b.do(alice, chromedp.Navigate(b.base+"/runs"), chromedp.WaitVisible(q("#run-rows")), chromedp.KeyEvent("\t"))
+	require.True(t, b.eval(alice, `document.activeElement.classList.contains("skip")`))
+	b.requireLabelled(alice)
 
 	bob := b.tab("bob")
 	b.do(bob, chromedp.EmulateViewport(375, 740))
@@ -246,6 +260,7 @@ func TestBrowserApproveAsSecondUser(t *testing.T) {
 	)
 	require.True(t, b.eval(bob, `document.querySelector('`+sel+`').textContent.includes("alice") && document.querySelector('`+sel+`').textContent.includes("deploy-needs-a-lead")`))
 	require.True(t, b.eval(bob, `document.documentElement.scrollWidth <= window.innerWidth`), "no sideways scrolling at phone width")
+	b.requireLabelled(bob)
 	b.do(bob,
 		chromedp.SendKeys(q(sel+` input[name=comment]`), "ship it"),
 		chromedp.Click(q(sel+` button:not(.danger)`)),
@@ -289,6 +304,7 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the lease page never showed the holder and its waiter")
 		b.do(admin, chromedp.Reload(), chromedp.WaitVisible(q("main h1")))
 	}
+	b.requireLabelled(admin)
 	b.do(admin, waitJS(`/^(\d+m )?\d+s$/.test(document.querySelector("section.lease time.countdown").textContent)`))
 	require.True(t, b.eval(admin, `document.querySelector("section.lease td.fencing").textContent === "1" && document.querySelector("section.lease").textContent.includes("rnr_")`))
 
