@@ -295,15 +295,24 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 
 	admin := b.tab("admin")
 	b.signIn(admin, adminToken, "admin")
-	holder := `[...document.querySelectorAll("section.lease tr.holder")].some(tr => tr.textContent.includes("` + first.Run.ID + `"))`
-	waiter := `[...document.querySelectorAll("section.lease li.waiter")].some(li => li.textContent.includes("` + second.Run.ID + `"))`
+	// Both runs were requested in the same instant, so either may be the
+	// one the worker claimed first: the other waits for the key.
+	shows := func(h, w string) string {
+		return `[...document.querySelectorAll("section.lease tr.holder")].some(tr => tr.textContent.includes("` + h + `")) && ` +
+			`[...document.querySelectorAll("section.lease li.waiter")].some(li => li.textContent.includes("` + w + `"))`
+	}
+	either := "(" + shows(first.Run.ID, second.Run.ID) + ") || (" + shows(second.Run.ID, first.Run.ID) + ")"
 	// The page shows what the store says when it is loaded; reload until the
-	// worker has claimed the first run and tried the second.
+	// worker has claimed one run and tried the other.
 	b.do(admin, chromedp.Navigate(b.base+"/leases"))
-	for deadline := time.Now().Add(30 * time.Second); !b.eval(admin, holder+" && "+waiter); {
+	for deadline := time.Now().Add(30 * time.Second); !b.eval(admin, either); {
 		require.True(t, time.Now().Before(deadline), "the lease page never showed the holder and its waiter")
 		b.do(admin, chromedp.Reload(), chromedp.WaitVisible(q("main h1")))
 	}
+	lv, err := e.svc.ShowLease(ctx, e.admin, "db:prod")
+	require.NoError(t, err)
+	require.Len(t, lv.Holders, 1)
+	held := lv.Holders[0].RunID
 	b.requireLabelled(admin)
 	b.do(admin, waitJS(`/^(\d+m )?\d+s$/.test(document.querySelector("section.lease time.countdown").textContent)`))
 	require.True(t, b.eval(admin, `document.querySelector("section.lease td.fencing").textContent === "1" && document.querySelector("section.lease").textContent.includes("rnr_")`))
@@ -318,7 +327,7 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 	)
 
 	b.do(admin,
-		chromedp.Navigate(b.base+"/audit?run="+first.Run.ID),
+		chromedp.Navigate(b.base+"/audit?run="+held),
 		chromedp.WaitVisible(q("table.audit")),
 	)
 	for _, action := range []string{"run.requested", "attempt.claimed", "lease.acquired"} {
