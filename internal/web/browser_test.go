@@ -212,7 +212,21 @@ func TestBrowserRequestRunWatchLog(t *testing.T) {
 	require.False(t, b.eval(tab, lineJS("finished web")))
 	require.True(t, b.eval(tab, `document.querySelector("#run-params").textContent.includes('"who": "web"') && document.querySelector("#run-actor").textContent === "alice"`))
 
+	// A second tab shows the runs list; its row turns from running to
+	// succeeded without a reload.
+	runID, err := chromedp.Run(tab, chromedp.Evaluate[string](`location.pathname.split("/")[2]`))
+	require.NoError(t, err)
+	list, cancelList := chromedp.NewContext(tab)
+	defer cancelList()
+	row := `document.querySelector('#run-rows tr[data-run="` + runID + `"] .state')`
+	b.do(list,
+		chromedp.Navigate(b.base+"/runs"),
+		waitJS(row+` && `+row+`.textContent === "running"`),
+		chromedp.Evaluate[chromedp.Void](`window.sameDocument = true`),
+	)
+
 	e.open("greet")
+	b.do(list, waitJS(row+` && `+row+`.textContent === "succeeded" && window.sameDocument === true`))
 	b.do(tab,
 		waitJS(lineJS("finished web")),
 		waitJS(`document.querySelector("#log").dataset.ended === "true"`),
