@@ -212,6 +212,11 @@ func TestBrowserRequestRunWatchLog(t *testing.T) {
 	require.False(t, b.eval(tab, lineJS("finished web")))
 	require.True(t, b.eval(tab, `document.querySelector("#run-params").textContent.includes('"who": "web"') && document.querySelector("#run-actor").textContent === "alice"`))
 
+	// The connection drops and comes back: the page resumes after its last
+	// line.
+	b.do(tab, chromedp.Evaluate[chromedp.Void](`document.querySelector("#log").reconnectLog()`),
+		waitJS(`document.querySelector("#log-status").textContent === "live"`))
+
 	// A second tab shows the runs list; its row turns from running to
 	// succeeded without a reload.
 	runID, err := chromedp.Run(tab, chromedp.Evaluate[string](`location.pathname.split("/")[2]`))
@@ -233,9 +238,10 @@ func TestBrowserRequestRunWatchLog(t *testing.T) {
 		waitJS(`document.querySelector("#run-state").textContent === "succeeded"`),
 		waitJS(`document.querySelector("#timeline").textContent.includes("claimed") && document.querySelector("#timeline").textContent.includes("attempt 1 succeeded")`),
 	)
-	// Every line once, in order.
+	// Every line once, in order, across the reconnect.
 	require.True(t, b.eval(tab, `(() => { const ids = [...document.querySelectorAll("#log li")].map(li => +li.dataset.id);
 		return ids.length >= 5 && ids.every((id, i) => i === 0 || id > ids[i-1]); })()`))
+	require.True(t, b.eval(tab, `[...document.querySelectorAll("#log li")].filter(li => li.textContent === "hello web").length === 1`))
 }
 
 // A run that needs a lead's approval: the requester sees why they cannot

@@ -46,6 +46,9 @@
         }
       });
     }
+    // Drop the connection and resume, as after a network failure (also
+    // what the browser tests use to prove nothing is lost or repeated).
+    ol.reconnectLog = function () { if (es) es.close(); say("reconnecting…"); open(); };
     open();
   }
 
