@@ -11,6 +11,7 @@
     var last = 0; // the id of the last line shown: never show a line twice
     var es = null;
     var ended = false;
+    var failures = 0;
     function say(t) { if (status) status.textContent = t; }
     function open() {
       // A new EventSource resumes after the last line we have; one that
@@ -38,11 +39,15 @@
         ol.setAttribute("data-ended", "true");
         say("run ended" + (st ? " (" + st + ")" : "") + "; the log is complete");
       });
+      es.addEventListener("open", function () { failures = 0; });
       es.addEventListener("error", function () {
         if (ended) return;
         say("reconnecting…");
         if (es.readyState === EventSource.CLOSED) {
-          setTimeout(function () { if (!ended) open(); }, 1000);
+          // The server refused the stream (signed out, say): back off, up
+          // to 30 s between tries.
+          failures++;
+          setTimeout(function () { if (!ended) open(); }, Math.min(30000, 1000 * Math.pow(2, failures - 1)));
         }
       });
     }
