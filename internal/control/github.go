@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/github"
@@ -213,4 +214,23 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// GitHubDeliveryRetention is how long processed deliveries are remembered.
+// GitHub lets a delivery be redelivered for three days; a week leaves
+// margin for a redelivery of an old delivery by hand.
+const GitHubDeliveryRetention = 7 * 24 * time.Hour
+
+// PurgeGitHubDeliveries forgets deliveries processed before the retention.
+func (s *Service) PurgeGitHubDeliveries(ctx context.Context) (int, error) {
+	var n int
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		n, err = tx.GitHubDeliveryPurge(ctx, now.Add(-GitHubDeliveryRetention))
+		return err
+	})
+	return n, err
 }
