@@ -58,6 +58,10 @@ func (s *Server) startGitHub(ctx context.Context, gh *gitHubWiring) {
 	if gh.app == nil {
 		return
 	}
+	s.loop(ctx, "github check runs", time.Second, func(ctx context.Context) error {
+		_, err := s.svc.DispatchGitHubChecks(ctx, gh.app, 50)
+		return err
+	})
 	s.loop(ctx, "github delivery purge", time.Hour, func(ctx context.Context) error {
 		_, err := s.svc.PurgeGitHubDeliveries(ctx)
 		return err
