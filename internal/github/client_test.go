@@ -236,3 +236,30 @@ func TestOutageIsRetryable(t *testing.T) {
 	_, err = b.app.CreateCheckRun(context.Background(), 1, "acme/app", github.CheckRunCreate{Name: "x", HeadSHA: b.shaA})
 	require.NoError(t, err)
 }
+
+func TestRepositoryAndCommitSHA(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	info, err := b.app.Repository(ctx, 1, "acme/app")
+	require.NoError(t, err)
+	require.Equal(t, "main", info.DefaultBranch)
+	require.Equal(t, "acme/app", info.FullName)
+	sha, err := b.app.CommitSHA(ctx, 1, "acme/app", "main")
+	require.NoError(t, err)
+	require.Equal(t, b.shaA, sha)
+	sha2 := fakegithub.Commit(t, b.dirA, map[string]string{"x": "2"})
+	sha, err = b.app.CommitSHA(ctx, 1, "acme/app", info.DefaultBranch)
+	require.NoError(t, err)
+	require.Equal(t, sha2, sha, "a branch resolves to its commit now")
+	_, err = b.app.CommitSHA(ctx, 1, "acme/app", "no-such-branch")
+	require.ErrorIs(t, err, github.ErrInvalid)
+	// Metadata is readable by every installation, even without contents.
+	_, err = b.app.Repository(ctx, 3, "readonly/ro")
+	require.NoError(t, err)
+	_, err = b.app.CommitSHA(ctx, 3, "readonly/ro", "main")
+	require.ErrorIs(t, err, github.ErrInvalid, "contents: read was not granted to installation 3")
+	// Check Runs of a commit are still listed by their own route.
+	_, err = b.app.FindCheckRun(ctx, 1, "acme/app", b.shaA, "none")
+	require.ErrorIs(t, err, github.ErrNotFound)
+}

@@ -206,6 +206,8 @@ func (f *Fake) handler() http.Handler {
 	m.HandleFunc("GET /repos/{owner}/{repo}/check-runs/{id}", f.repoScoped("checks", "read", f.getCheckRun))
 	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", f.repoScoped("checks", "read", f.listCheckRuns))
 	m.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", f.repoScoped("contents", "read", f.tarball))
+	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", f.repoScoped("contents", "read", f.commit))
+	m.HandleFunc("GET /repos/{owner}/{repo}", f.repoScoped("metadata", "read", f.repository))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		f.mu.Lock()
@@ -444,7 +446,8 @@ func (f *Fake) repoScoped(perm, lvl string, fn func(http.ResponseWriter, *http.R
 			ghError(w, http.StatusNotFound, "Not Found")
 			return
 		}
-		if level(t.perms[perm]) < level(lvl) {
+		// Every installation token can read metadata, asked for or not.
+		if level(t.perms[perm]) < level(lvl) && (perm != "metadata" || lvl != "read") {
 			ghError(w, http.StatusForbidden, "Resource not accessible by integration")
 			return
 		}

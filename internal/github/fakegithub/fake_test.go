@@ -206,3 +206,38 @@ func TestFakeWebhookSignature(t *testing.T) {
 	ws := github.WebhookSecrets{Current: secret}
 	require.NoError(t, ws.Verify(body, got.Get("X-Hub-Signature-256"), b.clock.Now()))
 }
+
+func TestFakePullRequestPayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.fake.PullRequestPayload(fakegithub.PullRequest{Installation: 1, Repo: "acme/app", Number: 7, Action: "opened",
+		HeadSHA: b.shaA, HeadRepo: "mallory/app", Draft: true})
+	raw := must(json.Marshal(p))
+	var got struct {
+		Number      int `json:"number"`
+		PullRequest struct {
+			Draft bool `json:"draft"`
+			Head  struct {
+				SHA  string `json:"sha"`
+				Repo struct {
+					FullName string `json:"full_name"`
+					Fork     bool   `json:"fork"`
+				} `json:"repo"`
+			} `json:"head"`
+		} `json:"pull_request"`
+		Installation struct {
+			ID int64 `json:"id"`
+		} `json:"installation"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, 7, got.Number)
+	require.True(t, got.PullRequest.Draft)
+	require.Equal(t, b.shaA, got.PullRequest.Head.SHA)
+	require.True(t, got.PullRequest.Head.Repo.Fork)
+	require.Equal(t, "mallory/app", got.PullRequest.Head.Repo.FullName)
+	require.Equal(t, int64(1), got.Installation.ID)
+
+	same := b.fake.PullRequestPayload(fakegithub.PullRequest{Installation: 1, Repo: "acme/app", Number: 8, Action: "synchronize", HeadSHA: b.shaA})
+	require.NoError(t, json.Unmarshal(must(json.Marshal(same)), &got))
+	require.False(t, got.PullRequest.Head.Repo.Fork)
+}

@@ -107,3 +107,25 @@ func (f *Fake) tarball(w http.ResponseWriter, r *http.Request, rp *Repo) {
 	_, _ = zw.Write(tarBytes)
 	_ = zw.Close()
 }
+
+// commit answers GET /repos/{o}/{r}/commits/{ref} with the commit ID the
+// ref names now (the fields jobplane reads).
+func (f *Fake) commit(w http.ResponseWriter, r *http.Request, rp *Repo) {
+	ref := r.PathValue("ref")
+	sha, err := resolveCommit(rp.GitDir, ref)
+	if err != nil {
+		ghError(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+ref)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sha": sha})
+}
+
+// repository answers GET /repos/{o}/{r}.
+func (f *Fake) repository(w http.ResponseWriter, _ *http.Request, rp *Repo) {
+	branch := "main"
+	if out, err := git(rp.GitDir, "symbolic-ref", "--short", "HEAD"); err == nil {
+		branch = strings.TrimSpace(string(out))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": rp.ID, "full_name": rp.FullName, "private": rp.Private,
+		"default_branch": branch, "name": rp.FullName[strings.IndexByte(rp.FullName, '/')+1:]})
+}

@@ -141,3 +141,66 @@ func (f *Fake) sortedRepos(installation int64) []*Repo {
 	sort.Slice(out, func(i, j int) bool { return out[i].FullName < out[j].FullName })
 	return out
 }
+
+// PullRequest describes a pull request event to build.
+type PullRequest struct {
+	Installation int64
+	Repo         string // the base repository, owner/name
+	Number       int
+	Action       string // opened, synchronize, reopened, ready_for_review, closed...
+	HeadSHA      string
+	HeadRef      string // default "feature"
+	BaseRef      string // default "main"
+	// HeadRepo is the repository the head branch lives in; a different one
+	// than Repo makes the pull request come from a fork.
+	HeadRepo string
+	Draft    bool
+	Sender   string // default "octocat"
+}
+
+// PullRequestPayload is a "pull_request" event in GitHub's shape (the
+// fields jobplane reads and a few around them).
+func (f *Fake) PullRequestPayload(pr PullRequest) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.installations[pr.Installation]
+	if in == nil {
+		panic(fmt.Sprintf("fakegithub: no installation %d", pr.Installation))
+	}
+	base := f.repos[strings.ToLower(pr.Repo)]
+	if base == nil {
+		panic(fmt.Sprintf("fakegithub: no repository %s", pr.Repo))
+	}
+	def := func(s, d string) string {
+		if s == "" {
+			return d
+		}
+		return s
+	}
+	headRepo := def(pr.HeadRepo, base.FullName)
+	fork := !strings.EqualFold(headRepo, base.FullName)
+	headOwner := headRepo[:strings.IndexByte(headRepo, '/')]
+	sender := def(pr.Sender, "octocat")
+	baseJSON := repoJSON(base)
+	baseJSON["fork"] = false
+	baseJSON["owner"] = map[string]any{"login": in.Account}
+	headJSON := map[string]any{"full_name": headRepo, "name": headRepo[strings.IndexByte(headRepo, '/')+1:], "fork": fork,
+		"owner": map[string]any{"login": headOwner}}
+	if !fork {
+		headJSON = baseJSON
+	}
+	return map[string]any{
+		"action": pr.Action,
+		"number": pr.Number,
+		"pull_request": map[string]any{
+			"number": pr.Number, "state": "open", "draft": pr.Draft,
+			"html_url": "https://github.com/" + base.FullName + "/pull/" + fmt.Sprint(pr.Number),
+			"user":     map[string]any{"login": sender},
+			"head":     map[string]any{"sha": pr.HeadSHA, "ref": def(pr.HeadRef, "feature"), "label": headOwner + ":" + def(pr.HeadRef, "feature"), "repo": headJSON},
+			"base":     map[string]any{"ref": def(pr.BaseRef, "main"), "repo": baseJSON},
+		},
+		"repository":   baseJSON,
+		"installation": map[string]any{"id": in.ID},
+		"sender":       map[string]any{"login": sender, "type": "User"},
+	}
+}
