@@ -263,3 +263,34 @@ func TestRepositoryAndCommitSHA(t *testing.T) {
 	_, err = b.app.FindCheckRun(ctx, 1, "acme/app", b.shaA, "none")
 	require.ErrorIs(t, err, github.ErrNotFound)
 }
+
+// Every token the client asks for is narrowed to the one repository and the
+// one permission of the step that needs it.
+func TestTokensAreNarrowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rc, err := b.app.Tarball(ctx, 1, "acme/app", b.shaA)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, rc)
+	require.NoError(t, rc.Close())
+	_, err = b.app.CreateCheckRun(ctx, 1, "acme/app", github.CheckRunCreate{Name: "x", HeadSHA: b.shaA})
+	require.NoError(t, err)
+	_, err = b.app.Repository(ctx, 2, "globex/svc")
+	require.NoError(t, err)
+	var asked []string
+	for _, r := range b.fake.Requests() {
+		if strings.HasSuffix(r.Path, "/access_tokens") {
+			require.Len(t, r.TokenRepositories, 1, r.Path)
+			require.Len(t, r.TokenPermissions, 1, r.Path)
+			for k, v := range r.TokenPermissions {
+				asked = append(asked, r.Path+" "+r.TokenRepositories[0]+" "+k+":"+v)
+			}
+		}
+	}
+	require.Equal(t, []string{
+		"/app/installations/1/access_tokens app contents:read",
+		"/app/installations/1/access_tokens app checks:write",
+		"/app/installations/2/access_tokens svc metadata:read",
+	}, asked)
+}

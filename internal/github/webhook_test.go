@@ -124,3 +124,27 @@ func BenchmarkWebhookVerify(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseInstallationEvent: a signed but malformed payload is an error,
+// never a panic, and an accepted one has what the handler relies on.
+func FuzzParseInstallationEvent(f *testing.F) {
+	f.Add([]byte(`{"action":"created","installation":{"id":1,"account":{"login":"acme","type":"Organization"}},"repositories":[{"id":2,"full_name":"acme/app"}]}`))
+	f.Add([]byte(`{"action":"added","installation":{"id":1,"account":{"login":"a"}},"repositories_added":[{"id":3,"full_name":"a/../b"}]}`))
+	f.Add([]byte(`{"action":"","installation":{"id":-1}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev, err := github.ParseInstallationEvent(body)
+		if err != nil {
+			return
+		}
+		if ev.Action == "" || ev.Installation.ID <= 0 || ev.Installation.Account.Login == "" {
+			t.Fatalf("accepted %q without action, id or account", body)
+		}
+		for _, r := range append(append(ev.Repositories, ev.RepositoriesAdded...), ev.RepositoriesRemoved...) {
+			owner, name, _ := strings.Cut(r.FullName, "/")
+			if r.ID <= 0 || strings.Count(r.FullName, "/") != 1 || owner == ".." || name == ".." || owner == "." || name == "." {
+				t.Fatalf("accepted repository %+v", r)
+			}
+		}
+	})
+}

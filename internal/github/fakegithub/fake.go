@@ -49,6 +49,10 @@ type Request struct {
 	// Installation is the installation of the token used (0 for none).
 	Installation int64
 	Status       int
+	// TokenRepositories and TokenPermissions are what a token request
+	// asked for (empty when it asked for everything).
+	TokenRepositories []string
+	TokenPermissions  github.Permissions
 }
 
 // Installation is an installation of the App.
@@ -323,7 +327,8 @@ func (f *Fake) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	entryOf(r.Context()).Installation = id
+	e := entryOf(r.Context())
+	e.Installation, e.TokenRepositories, e.TokenPermissions = id, req.Repositories, req.Permissions
 	in := f.installations[id]
 	if in == nil {
 		ghError(w, http.StatusNotFound, "Not Found")
