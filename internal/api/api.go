@@ -269,6 +269,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 		p.RunID = de.RunID
 		p.Decision = de.Decision
 	}
+	var se *authn.SkewError
+	if errors.As(err, &se) {
+		p.ServerTime = se.ServerTime.Unix()
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
