@@ -216,6 +216,13 @@ func (a *App) InstallationToken(ctx context.Context, installation int64, repo st
 	}
 	t := Token{value: out.Token, ExpiresAt: out.ExpiresAt}
 	a.mu.Lock()
+	// Tokens are per repository, so the cache grows with the repositories
+	// served; each new token sweeps out the ones past their use.
+	for old, ot := range a.cache {
+		if !now.Before(ot.ExpiresAt.Add(-tokenRefreshMargin)) {
+			delete(a.cache, old)
+		}
+	}
 	a.cache[k] = t
 	a.mu.Unlock()
 	a.log.Debug("github: installation token issued", "installation", installation, "repo", k.repo,

@@ -103,6 +103,8 @@ func TestInstallationTokenCache(t *testing.T) {
 	_, err = b.app.InstallationToken(ctx, 1, "acme/app", github.PermContentsRead)
 	require.NoError(t, err)
 	require.Equal(t, 3, tokenRequests(b.fake))
+	// The stale checks token was swept out when the new one arrived.
+	require.Equal(t, 1, b.app.Cached())
 }
 
 func TestInstallationTokenRefusals(t *testing.T) {
