@@ -18,6 +18,8 @@ type GitHubWebhook struct {
 	Secrets github.WebhookSecrets
 	// Clock decides whether the previous secret's overlap has ended.
 	Clock clock.Clock
+	// MaxBody is the largest body accepted (default github.MaxWebhookBody).
+	MaxBody int64
 }
 
 // GitHubWebhookResponse is the answer to an accepted delivery.
@@ -33,6 +35,9 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = github.MaxWebhookBody
+	}
 	m.HandleFunc("POST /v1/github/webhook", h.githubWebhook(cfg))
 }
 
@@ -42,17 +47,17 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 // and only then does the service see the delivery.
 func (h *Handler) githubWebhook(cfg *GitHubWebhook) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tooLarge := fmt.Errorf("a webhook body is limited to %d bytes: %w", github.MaxWebhookBody, protocol.ErrTooLarge)
-		if r.ContentLength > github.MaxWebhookBody {
+		tooLarge := fmt.Errorf("a webhook body is limited to %d bytes: %w", cfg.MaxBody, protocol.ErrTooLarge)
+		if r.ContentLength > cfg.MaxBody {
 			writeError(w, h.log, tooLarge)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, github.MaxWebhookBody+1))
+		body, err := io.ReadAll(io.LimitReader(r.Body, cfg.MaxBody+1))
 		if err != nil {
 			writeError(w, h.log, fmt.Errorf("read body: %w", protocol.ErrBadRequest))
 			return
 		}
-		if len(body) > github.MaxWebhookBody {
+		if int64(len(body)) > cfg.MaxBody {
 			writeError(w, h.log, tooLarge)
 			return
 		}

@@ -41,13 +41,18 @@ type ghEnv struct {
 
 func newGHEnv(t *testing.T, st store.Store) *ghEnv {
 	t.Helper()
+	return newGHEnvMax(t, st, 0)
+}
+
+func newGHEnvMax(t *testing.T, st store.Store, maxBody int64) *ghEnv {
+	t.Helper()
 	fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	svc, err := control.New(control.Config{Store: st, Clock: fc})
 	require.NoError(t, err)
 	until := fc.Now().Add(time.Hour)
 	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, GitHub: &api.GitHubWebhook{
 		Secrets: github.WebhookSecrets{Current: []byte(ghSecret), Previous: []byte(ghOldSecret), PreviousUntil: until},
-		Clock:   fc,
+		Clock:   fc, MaxBody: maxBody,
 	}})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -197,6 +202,22 @@ func TestGitHubWebhookRefusals(t *testing.T) {
 func TestGitHubWebhookRawBytesAndSize(t *testing.T) {
 	t.Parallel()
 	e := newGHEnv(t, testdb.SQLite(t))
+	checkRawBytesAndSize(t, e)
+}
+
+// W2 (N): with the size guard removed (a limit far above the body), the
+// same oversized, correctly signed delivery is hashed and accepted, so the
+// 413 assertions above can fail.
+func TestGitHubWebhookSizeGuardRemoved(t *testing.T) {
+	t.Parallel()
+	e := newGHEnvMax(t, testdb.SQLite(t), 4*github.MaxWebhookBody)
+	big := bytes.Repeat([]byte(" "), github.MaxWebhookBody+1)
+	status, _ := e.post(t, big, signed([]byte(ghSecret), big, "ping"))
+	require.Equal(t, http.StatusOK, status)
+}
+
+func checkRawBytesAndSize(t *testing.T, e *ghEnv) {
+	t.Helper()
 	raw := []byte("{\n  \"zen\": \"Speak like a human.\",\n  \"hook_id\": 1\n}")
 	var v any
 	require.NoError(t, json.Unmarshal(raw, &v))
