@@ -26,6 +26,8 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// PublicURL is the run-token issuer (the server's external URL).
 	PublicURL string
+	// GitHub enables the GitHub webhook intake (api/github.go).
+	GitHub *GitHubWebhook
 }
 
 // Handler is the HTTP API.
@@ -85,6 +87,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/runners", h.user(h.listRunners))
 	m.HandleFunc("POST /v1/runners/{id}/disable", h.user(h.setRunnerStatus(store.RunnerDisabled)))
 	m.HandleFunc("POST /v1/runners/{id}/enable", h.user(h.setRunnerStatus(store.RunnerActive)))
+	h.routesGitHub(m, cfg.GitHub)
 	return h
 }
 

@@ -351,6 +351,7 @@ type RunListParams struct {
 type Queries interface {
 	CatalogQueries
 	ScheduleQueries
+	GitHubQueries
 
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error
