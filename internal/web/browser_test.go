@@ -78,7 +78,7 @@ func (b *browser) tab(name string) context.Context {
 		}
 		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 		defer scancel()
-		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			b.t.Logf("screenshot of %s failed: %v", name, err)
 			return

@@ -170,6 +170,7 @@ type jobData struct {
 	Runbook template.HTML
 	Params  string
 	Leases  string
+	Fields  []*field
 	// RunID is set when the page shows the commit a run pinned.
 	RunID string
 }
@@ -197,6 +198,7 @@ func (h *Handler) renderJob(w http.ResponseWriter, r *http.Request, s *session, 
 	}
 	_ = json.Unmarshal(jv.Definition, &def)
 	d.Params, d.Leases = pretty(def.Params), pretty(def.Leases)
+	d.Fields, _ = schemaFields(jv.Definition) // the raw schema is shown too
 	h.render(w, r, http.StatusOK, "job", view{Title: jv.Name, Nav: "catalog", Sess: s, Data: d})
 }
 

@@ -169,8 +169,21 @@ func schemaFields(definition json.RawMessage) ([]*field, error) {
 				f.Enum = append(f.Enum, inputText(e))
 			}
 		}
+		if f.Description != "" && !strings.ContainsAny(f.Description[len(f.Description)-1:], ".!?") {
+			f.Description += "."
+		}
 		out = append(out, f)
 	}
+	// Required fields first; otherwise the order the definition keeps.
+	slices.SortStableFunc(out, func(a, b *field) int {
+		switch {
+		case a.Required == b.Required:
+			return 0
+		case a.Required:
+			return -1
+		}
+		return 1
+	})
 	return out, nil
 }
 
