@@ -50,6 +50,8 @@ func TestPinnedCommitAndCatalog(t *testing.T) {
 	require.Contains(t, body, active[:12], "the active commit")
 	require.Contains(t, body, bad[:12], "the last rejected commit")
 	require.Contains(t, body, "jobs/broken.yaml", "with its errors")
+	require.Contains(t, body, `href="/catalog/prod/greet"`, "and the channel's jobs")
+	require.NotContains(t, body, "ref is only accepted")
 
 	// Another tenant cannot read a commit through a run it cannot see.
 	eve := e.client()

@@ -155,7 +155,12 @@ func (h *Handler) catalog(w http.ResponseWriter, r *http.Request, s *session) {
 	var d catalogData
 	for _, c := range cv.Channels {
 		cc := catalogChannel{ChannelView: c}
-		if jv, err := h.svc.ListJobs(r.Context(), s.Actor, c.Channel, c.Branch); err == nil {
+		// A branch is named only for pattern channels, which need one.
+		jv, err := h.svc.ListJobs(r.Context(), s.Actor, c.Channel, "")
+		if err != nil {
+			jv, err = h.svc.ListJobs(r.Context(), s.Actor, c.Channel, c.Branch)
+		}
+		if err == nil {
 			cc.Jobs = jv.Jobs
 		} else {
 			cc.Error = toProblem(h.log, err).Detail
