@@ -36,6 +36,7 @@ type field struct {
 type requestData struct {
 	Channels []string
 	Channel  string
+	Ref      string
 	Jobs     []control.JobInfo
 	Job      *control.JobView
 	Fields   []*field
@@ -68,7 +69,7 @@ func (h *Handler) requestForm(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (h *Handler) requestData(r *http.Request, s *session, q url.Values) (*requestData, error) {
-	d := &requestData{Channel: q.Get("channel"), CSRF: s.CSRF, Key: "web-" + randomToken(), Reason: q.Get("reason")}
+	d := &requestData{Channel: q.Get("channel"), Ref: q.Get("ref"), CSRF: s.CSRF, Key: "web-" + randomToken(), Reason: q.Get("reason")}
 	chans, err := h.channels(r, s)
 	if err != nil {
 		return nil, err
