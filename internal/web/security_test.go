@@ -275,3 +275,30 @@ func TestOtherTenantCannotOpenRun(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, p)
 	}
 }
+
+// The server answers API paths with the API and everything else with the UI.
+func TestMountSplitsAPIAndUI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client()
+	for path, want := range map[string]struct {
+		status int
+		ctype  string
+	}{
+		"/healthz":               {http.StatusOK, "application/json"},
+		"/.well-known/jwks.json": {http.StatusOK, "application/json"},
+		"/v1/nope":               {http.StatusNotFound, "application/problem+json"},
+		"/v1/runs":               {http.StatusUnauthorized, "application/problem+json"},
+		"/":                      {http.StatusSeeOther, ""},
+		"/runs":                  {http.StatusSeeOther, ""},
+		"/signin":                {http.StatusOK, "text/html; charset=utf-8"},
+		"/static/htmx.min.js":    {http.StatusOK, "text/javascript; charset=utf-8"},
+		"/no/such/page":          {http.StatusNotFound, "text/html; charset=utf-8"},
+	} {
+		resp, _ := c.get(path)
+		require.Equal(t, want.status, resp.StatusCode, path)
+		if want.ctype != "" {
+			require.Equal(t, want.ctype, resp.Header.Get("Content-Type"), path)
+		}
+	}
+}
