@@ -286,7 +286,7 @@ func TestMountSplitsAPIAndUI(t *testing.T) {
 		ctype  string
 	}{
 		"/healthz":               {http.StatusOK, "application/json"},
-		"/.well-known/jwks.json": {http.StatusOK, "application/json"},
+		"/.well-known/jwks.json": {http.StatusOK, "application/jwk-set+json"},
 		"/v1/nope":               {http.StatusNotFound, "application/problem+json"},
 		"/v1/runs":               {http.StatusUnauthorized, "application/problem+json"},
 		"/":                      {http.StatusSeeOther, ""},
