@@ -25,6 +25,7 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
 	"github.com/jobplane/jobplane/internal/worker"
 )
 
@@ -107,9 +108,21 @@ type env struct {
 	tokens map[string]string // principal name → API token
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvDB(t, "") }
+
+// eachStore runs a test against a server on SQLite and one on PostgreSQL.
+func eachStore(t *testing.T, fn func(t *testing.T, e *env)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, newEnvDB(t, testdb.PostgresDSN(t))) })
+}
+
+// newEnvDB starts a server on dsn ("" for SQLite in the temp dir).
+func newEnvDB(t *testing.T, dsn string) *env {
 	t.Helper()
 	dir := t.TempDir()
+	if dsn == "" {
+		dsn = "sqlite:" + filepath.Join(dir, "db.sqlite")
+	}
 	gates := filepath.Join(dir, "gates")
 	require.NoError(t, os.MkdirAll(gates, 0o700))
 	repo := filepath.Join(dir, "defs")
@@ -117,7 +130,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	ctx := context.Background()
 	srv, err := server.Start(ctx, config.Server{
-		Listen: "127.0.0.1:0", DB: "sqlite:" + filepath.Join(dir, "db.sqlite"), Definitions: repo,
+		Listen: "127.0.0.1:0", DB: dsn, Definitions: repo,
 		Channels: map[string]string{"prod": "main"}, DataDir: filepath.Join(dir, "data"), AdminToken: adminToken,
 	}, server.Options{Logger: slog.New(slog.DiscardHandler), ReapInterval: 200 * time.Millisecond})
 	require.NoError(t, err)

@@ -24,7 +24,10 @@ import (
 // the same form with the token goes through.
 func TestCSRFRequiredOnEveryStateChangingForm(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachStore(t, testCSRFRequired)
+}
+
+func testCSRFRequired(t *testing.T, e *env) {
 	ctx := context.Background()
 	alice := e.actor("alice")
 	v, _, err := e.svc.RequestRun(ctx, alice, &protocol.RunRequest{Job: "deploy", Channel: "prod"})
@@ -243,7 +246,10 @@ func eventIDs(stream string) []string {
 // A principal of another tenant cannot open, follow, poll or act on a run.
 func TestOtherTenantCannotOpenRun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachStore(t, testOtherTenantCannotOpenRun)
+}
+
+func testOtherTenantCannotOpenRun(t *testing.T, e *env) {
 	ctx := context.Background()
 	v, _, err := e.svc.RequestRun(ctx, e.actor("alice"), &protocol.RunRequest{Job: "deploy", Channel: "prod"})
 	require.NoError(t, err)
