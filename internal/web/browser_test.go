@@ -83,9 +83,17 @@ func (b *browser) tab(name string) context.Context {
 			b.t.Logf("screenshot of %s failed: %v", name, err)
 			return
 		}
-		p := filepath.Join(b.shots, name+".png")
-		if err := os.WriteFile(p, png, 0o600); err == nil {
-			b.t.Logf("screenshot of %s: %s", name, p)
+		// The test's temp dir goes when the test ends; set
+		// JOBPLANE_TEST_SCREENSHOTS to a directory to keep a copy.
+		dirs := []string{b.shots}
+		if keep := os.Getenv("JOBPLANE_TEST_SCREENSHOTS"); keep != "" {
+			dirs = append(dirs, keep)
+		}
+		for _, dir := range dirs {
+			p := filepath.Join(dir, strings.ReplaceAll(b.t.Name(), "/", "_")+"-"+name+".png")
+			if err := os.WriteFile(p, png, 0o600); err == nil {
+				b.t.Logf("screenshot of %s: %s", name, p)
+			}
 		}
 		if html, err := chromedp.Run(sctx, chromedp.OuterHTML(q("html"))); err == nil {
 			b.t.Logf("page of %s:\n%s", name, html)
