@@ -80,4 +80,3 @@ func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor contro
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
-

@@ -123,4 +123,3 @@ func (s *Service) timeline(ctx context.Context, r *store.Run) ([]TimelineEntry, 
 		after = evs[len(evs)-1].Seq
 	}
 }
-
