@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,24 @@ func FuzzEncode(f *testing.F) {
 		e2.Details = v.Details
 		if got := audit.Encode(&e2); string(got) != string(enc) {
 			t.Fatalf("not a fixpoint:\n%s\n%s", enc, got)
+		}
+	})
+}
+
+// FuzzParseCheckpoint: the ?checkpoint= query and --checkpoint flag never
+// panic, and what parses prints back as itself.
+func FuzzParseCheckpoint(f *testing.F) {
+	f.Add("42:" + audit.Genesis)
+	f.Add("1:" + strings.Repeat("G", 64))
+	f.Add(" 9:" + audit.Genesis + " ")
+	f.Fuzz(func(t *testing.T, s string) {
+		cp, err := audit.ParseCheckpoint(s)
+		if err != nil {
+			return
+		}
+		again, err := audit.ParseCheckpoint(cp.String())
+		if err != nil || again != cp {
+			t.Fatalf("ParseCheckpoint(%q) = %v, which does not round-trip", s, cp)
 		}
 	})
 }
