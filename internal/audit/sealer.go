@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -21,9 +22,12 @@ type Sealer struct {
 	log   *slog.Logger
 	batch int
 
+	clock clock.Clock
+
 	mu      sync.Mutex
 	pending *store.AuditMark // horizon drawn, not yet reached
 	head    store.AuditSeal  // last link this sealer wrote or saw
+	logged  time.Time        // when the head was last logged at info level
 
 	// noHorizon seals up to the highest visible event without waiting for
 	// the horizon. Only tests set it, to show that the horizon is needed.
@@ -35,7 +39,7 @@ func NewSealer(st store.Store, log *slog.Logger) *Sealer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sealer{st: st, log: log, batch: DefaultBatch}
+	return &Sealer{st: st, log: log, batch: DefaultBatch, clock: clock.Real{}}
 }
 
 // Seal links the events below the current horizon. It never waits: a
@@ -49,9 +53,12 @@ func (s *Sealer) Seal(ctx context.Context) (int, error) {
 		return s.sealUpTo(ctx, 0)
 	}
 	if s.pending == nil {
-		m, err := s.st.AuditHorizon(ctx)
+		m, err := s.st.AuditHorizon(ctx, s.head.Seq)
 		if err != nil {
 			return 0, err
+		}
+		if m.Seq <= s.head.Seq {
+			return 0, nil // nothing new since this sealer's last round
 		}
 		s.pending = &m
 	}
@@ -76,7 +83,7 @@ func (s *Sealer) SealAll(ctx context.Context) (int, error) {
 	if s.noHorizon {
 		return s.sealUpTo(ctx, 0)
 	}
-	m, err := s.st.AuditHorizon(ctx)
+	m, err := s.st.AuditHorizon(ctx, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -103,6 +110,17 @@ func (s *Sealer) SealAll(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	return s.sealUpTo(ctx, m.Seq)
+}
+
+// logHead logs the new head, an external checkpoint for whoever ships the
+// logs elsewhere: at info level at most once a minute, else at debug level,
+// so that a busy server does not log every second.
+func (s *Sealer) logHead(ctx context.Context, n int, head store.AuditSeal) {
+	level := slog.LevelDebug
+	if now := s.clock.Now(); now.Sub(s.logged) >= time.Minute {
+		level, s.logged = slog.LevelInfo, now
+	}
+	s.log.Log(ctx, level, "audit: sealed", "events", n, "head_seq", head.Seq, "head_hash", head.Hash)
 }
 
 // Head is the last link this sealer wrote or found (zero before the first
@@ -162,7 +180,7 @@ func (s *Sealer) sealUpTo(ctx context.Context, upTo int64) (int, error) {
 		total += len(links)
 		if len(links) < s.batch {
 			if total > 0 {
-				s.log.InfoContext(ctx, "audit: sealed", "events", total, "head_seq", head.Seq, "head_hash", head.Hash)
+				s.logHead(ctx, total, head)
 			}
 			return total, nil
 		}

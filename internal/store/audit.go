@@ -40,8 +40,10 @@ type AuditQueries interface {
 	AuditChainHead(ctx context.Context) (*AuditSeal, error)
 	// AuditChainList lists links with Seq > after in order.
 	AuditChainList(ctx context.Context, after int64, limit int) ([]*AuditSeal, error)
-	// AuditHorizon draws a candidate sealing horizon (see AuditMark).
-	AuditHorizon(ctx context.Context) (AuditMark, error)
+	// AuditHorizon draws a candidate sealing horizon (see AuditMark). When
+	// no number above after was drawn it returns Seq <= after and draws
+	// nothing (an idle sealer costs PostgreSQL no transaction IDs).
+	AuditHorizon(ctx context.Context, after int64) (AuditMark, error)
 	// AuditHorizonReached reports whether every transaction that could still
 	// commit an event with Seq <= m.Seq has ended. Call it outside a
 	// transaction: the caller's own transaction would hold the horizon back.

@@ -91,7 +91,7 @@ func (q *queries) AuditChainList(ctx context.Context, after int64, n int) ([]*st
 // of them have ended. (A snapshot's xmax would not do: it is the latest
 // completed ID plus one, and a running transaction can be above it.) The
 // cost is one transaction ID per sealing round.
-func (q *queries) AuditHorizon(ctx context.Context) (store.AuditMark, error) {
+func (q *queries) AuditHorizon(ctx context.Context, after int64) (store.AuditMark, error) {
 	var m store.AuditMark
 	var last *int64
 	if err := q.db.QueryRow(ctx, `SELECT pg_sequence_last_value(pg_get_serial_sequence('audit_events', 'seq'))`).Scan(&last); err != nil {
@@ -99,6 +99,9 @@ func (q *queries) AuditHorizon(ctx context.Context) (store.AuditMark, error) {
 	}
 	if last != nil {
 		m.Seq = *last
+	}
+	if m.Seq <= after {
+		return m, nil
 	}
 	var xid string
 	if err := q.db.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {

@@ -75,7 +75,7 @@ func (q *queries) AuditChainList(ctx context.Context, after int64, n int) ([]*st
 // AuditHorizon is the highest committed sequence number: SQLite has one
 // writer at a time, so no transaction still running can hold a lower one
 // (and a rolled-back number is drawn again by the next writer).
-func (q *queries) AuditHorizon(ctx context.Context) (store.AuditMark, error) {
+func (q *queries) AuditHorizon(ctx context.Context, _ int64) (store.AuditMark, error) {
 	var m store.AuditMark
 	err := q.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM audit_events`).Scan(&m.Seq)
 	return m, interpretError(err)

@@ -38,7 +38,7 @@ func testAuditChain(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	_, err := s.AuditChainHead(ctx)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	m0, err := s.AuditHorizon(ctx)
+	m0, err := s.AuditHorizon(ctx, 0)
 	require.NoError(t, err)
 	require.Zero(t, m0.Seq, "no event drawn yet")
 
@@ -53,7 +53,7 @@ func testAuditChain(t *testing.T, s store.Store) {
 		}
 		return nil
 	}))
-	m, err := s.AuditHorizon(ctx)
+	m, err := s.AuditHorizon(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, evs[2].Seq, m.Seq)
 	// On PostgreSQL the horizon is cluster-wide: other tests' transactions
