@@ -29,7 +29,10 @@ const obsToken = "observability-admin-token-0123456789"
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // startServer runs a real server (HTTP on loopback, background loops) on a
 // fresh database of each kind.
