@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -317,4 +318,46 @@ func detailOf(t *testing.T, ev *store.AuditEvent, key string) any {
 	var d map[string]any
 	require.NoError(t, json.Unmarshal(ev.Details, &d), ev.Action)
 	return d[key]
+}
+
+// TestAuditQueryRefusals: bad filters and checkpoints are 400 with the
+// field named; a non-admin gets 403; filters narrow the listing.
+func TestAuditQueryRefusals(t *testing.T) {
+	t.Parallel()
+	e := &auditSweep{testEnv: newEnv(t, testdb.SQLite(t))}
+	get := func(token, path string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return e.send(req)
+	}
+	for _, p := range []string{
+		"/v1/audit?since=yesterday", "/v1/audit?after=-1", "/v1/audit?limit=x",
+		"/v1/audit/verify?checkpoint=12", "/v1/audit/verify?checkpoint=0:" + strings.Repeat("a", 64),
+		"/v1/audit/verify?checkpoint=1:" + strings.Repeat("A", 64),
+	} {
+		code, problem := get(adminToken, p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+		require.Equal(t, protocol.CodeBadRequest, problem, p)
+	}
+	user := e.userClient(t, "bob")
+	code, problem := get(user.Token, "/v1/audit")
+	require.Equal(t, http.StatusForbidden, code, problem)
+	code, problem = get(user.Token, "/v1/audit/verify")
+	require.Equal(t, http.StatusForbidden, code, problem)
+
+	run := e.request("echo", "")
+	page, err := e.admin.AuditQuery(e.ctx(), apiclient.AuditQuery{RunID: run.ID})
+	require.NoError(t, err)
+	require.Len(t, page.Events, 1)
+	require.Equal(t, "run.requested", page.Events[0].Action)
+	page, err = e.admin.AuditQuery(e.ctx(), apiclient.AuditQuery{Actor: "nobody"})
+	require.NoError(t, err)
+	require.Empty(t, page.Events)
+	page, err = e.admin.AuditQuery(e.ctx(), apiclient.AuditQuery{Since: e.clock.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.Empty(t, page.Events, "nothing happened after the fake clock's now + 1h")
+	page, err = e.admin.AuditQuery(e.ctx(), apiclient.AuditQuery{Since: e.clock.Now().Add(-time.Hour), Actor: "admin"})
+	require.NoError(t, err)
+	require.NotEmpty(t, page.Events)
 }
