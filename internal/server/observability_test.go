@@ -34,9 +34,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startServer runs a real server (HTTP on loopback, background loops) on a
+// startObsServer runs a real server (HTTP on loopback, background loops) on a
 // fresh database of each kind.
-func startServer(t *testing.T, db string) (*server.Server, *apiclient.Client) {
+func startObsServer(t *testing.T, db string) (*server.Server, *apiclient.Client) {
 	t.Helper()
 	repo := t.TempDir()
 	_, err := gitsync.InitRepo(repo, "main", map[string]string{
@@ -71,7 +71,7 @@ func TestMetricsAfterARun(t *testing.T) {
 	for name, db := range dbs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv, admin := startServer(t, db(t))
+			srv, admin := startObsServer(t, db(t))
 			ctx := context.Background()
 
 			run, err := admin.CreateRun(ctx, &protocol.RunRequest{Job: "greet", Channel: "prod"})

@@ -355,6 +355,7 @@ type Queries interface {
 	MetricsQueries
 	CatalogQueries
 	ScheduleQueries
+	GitHubQueries
 
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error
