@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,16 +28,41 @@ import (
 
 const obsToken = "observability-admin-token-0123456789"
 
-type tWriter struct{ t *testing.T }
+// tWriter sends log lines to t.Log and keeps them for assertions.
+type tWriter struct {
+	t     *testing.T
+	mu    *sync.Mutex
+	lines *[]string
+}
 
 func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+	l := strings.TrimSpace(string(p))
+	w.t.Log(l)
+	w.mu.Lock()
+	*w.lines = append(*w.lines, l)
+	w.mu.Unlock()
 	return len(p), nil
+}
+
+func (w tWriter) grep(substr ...string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range *w.lines {
+		all := true
+		for _, s := range substr {
+			all = all && strings.Contains(l, s)
+		}
+		if all {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // startObsServer runs a real server (HTTP on loopback, background loops) on a
 // fresh database of each kind.
-func startObsServer(t *testing.T, db string) (*server.Server, *apiclient.Client) {
+func startObsServer(t *testing.T, db string) (*server.Server, *apiclient.Client, tWriter) {
 	t.Helper()
 	repo := t.TempDir()
 	_, err := gitsync.InitRepo(repo, "main", map[string]string{
@@ -46,17 +72,18 @@ func startObsServer(t *testing.T, db string) (*server.Server, *apiclient.Client)
 	}, "init", gitsync.WithTime(t0))
 	require.NoError(t, err)
 	ctx := context.Background()
+	logs := tWriter{t: t, mu: &sync.Mutex{}, lines: &[]string{}}
 	srv, err := server.Start(ctx, config.Server{
 		Listen: "127.0.0.1:0", DB: db, Definitions: repo, Channels: map[string]string{"prod": "main"},
 		DataDir: t.TempDir(), AdminToken: obsToken,
-	}, server.Options{Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})), Clock: clock.Real{}})
+	}, server.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Clock: clock.Real{}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = srv.Stop(ctx)
 	})
-	return srv, &apiclient.Client{BaseURL: srv.URL(), Token: obsToken, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return srv, &apiclient.Client{BaseURL: srv.URL(), Token: obsToken, HTTP: &http.Client{Timeout: 30 * time.Second}}, logs
 }
 
 // TestMetricsAfterARun: after a run succeeds, one is denied and one waits,
@@ -71,7 +98,7 @@ func TestMetricsAfterARun(t *testing.T) {
 	for name, db := range dbs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv, admin := startObsServer(t, db(t))
+			srv, admin, logs := startObsServer(t, db(t))
 			ctx := context.Background()
 
 			run, err := admin.CreateRun(ctx, &protocol.RunRequest{Job: "greet", Channel: "prod"})
@@ -124,6 +151,10 @@ func TestMetricsAfterARun(t *testing.T) {
 			}
 			require.Regexp(t, regexp.MustCompile(`jobplane_runner_heartbeat_age_seconds\{pool="default",runner="`+reg.RunnerID+`",status="active"\} [0-9.e+-]+\n`), text)
 			require.NotContains(t, text, "/v1/runs/run_", "routes are patterns, never raw paths")
+
+			// Logs about the run carry its run and attempt IDs.
+			require.NotEmpty(t, logs.grep(`msg="control: attempt claimed"`, "run_id="+run.ID, "attempt_id="+asg.AttemptID))
+			require.NotEmpty(t, logs.grep(`msg="api: request"`, `route="POST /v1/runner/attempt/result"`, "run_id="+run.ID, "attempt_id="+asg.AttemptID))
 
 			// The timeline: requested, claimed, succeeded, with actors.
 			got, err := admin.GetRun(ctx, run.ID)
