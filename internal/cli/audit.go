@@ -2,13 +2,17 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -111,19 +115,36 @@ func compactJSON(b json.RawMessage) string {
 // AuditVerifyCmd verifies the chain.
 type AuditVerifyCmd struct {
 	ClientFlags
-	Checkpoint string `help:"A head printed by an earlier verify (SEQ:HASH), kept outside the database: the chain must still contain it." placeholder:"SEQ:HASH"`
+	Checkpoint     string `help:"A head printed by an earlier verify (SEQ:HASH), kept outside the database: the chain must still contain it." placeholder:"SEQ:HASH"`
+	CheckpointFile string `name:"checkpoint-file" help:"A file of checkpoints kept outside the database, one SEQ:HASH per line: verify against its last line, then append the new head if the chain is sound." placeholder:"PATH"`
 }
 
 // Run verifies and prints the head to keep as the next checkpoint; a broken
 // chain exits 1.
 func (c *AuditVerifyCmd) Run(g *Globals) error {
+	if c.Checkpoint != "" && c.CheckpointFile != "" {
+		return errors.New("give --checkpoint or --checkpoint-file, not both")
+	}
+	cp := c.Checkpoint
+	if c.CheckpointFile != "" {
+		last, err := lastCheckpoint(c.CheckpointFile)
+		if err != nil {
+			return err
+		}
+		cp = last
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
-	rep, err := cl.AuditVerify(g.Ctx, c.Checkpoint)
+	rep, err := cl.AuditVerify(g.Ctx, cp)
 	if err != nil {
 		return err
+	}
+	if rep.OK && c.CheckpointFile != "" && rep.Head.Seq > 0 {
+		if err := appendCheckpoint(c.CheckpointFile, fmt.Sprintf("%d:%s", rep.Head.Seq, rep.Head.Hash)); err != nil {
+			return err
+		}
 	}
 	if c.JSON {
 		if err := printJSON(g.Stdout, rep); err != nil {
@@ -169,4 +190,37 @@ func printTimeline(w io.Writer, tl []protocol.TimelineEntry) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
+}
+
+// lastCheckpoint reads the last non-empty line of a checkpoint file; a
+// missing or empty file means no checkpoint yet (the first run).
+func lastCheckpoint(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("--checkpoint-file: %w", err)
+	}
+	lines := strings.Fields(string(b))
+	if len(lines) == 0 {
+		return "", nil
+	}
+	last := lines[len(lines)-1]
+	if _, err := audit.ParseCheckpoint(last); err != nil {
+		return "", fmt.Errorf("--checkpoint-file %s, last line: %w", path, err)
+	}
+	return last, nil
+}
+
+func appendCheckpoint(path, cp string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("--checkpoint-file: %w", err)
+	}
+	if _, err := fmt.Fprintln(f, cp); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("--checkpoint-file: %w", err)
+	}
+	return f.Close()
 }

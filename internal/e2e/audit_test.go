@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,6 +94,23 @@ func TestAU1DeathBetweenAuditAndCommit(t *testing.T) {
 		out, _, code = runCLI(t, s, "audit", "verify", "--checkpoint", "999999:"+strings.Repeat("ab", 32))
 		require.Equal(t, 1, code, "a checkpoint past the chain's end fails verification")
 		require.Contains(t, out, "BROKEN at event 999999")
+
+		// The checkpoint file routine: the first run writes the head, the
+		// next verifies against it and appends the (same or newer) head.
+		cpFile := filepath.Join(t.TempDir(), "audit.checkpoints")
+		for range 2 {
+			out, errOut, code = runCLI(t, s, "audit", "verify", "--checkpoint-file", cpFile)
+			require.Equal(t, 0, code, out+errOut)
+		}
+		raw, err := os.ReadFile(cpFile)
+		require.NoError(t, err)
+		saved := strings.Fields(string(raw))
+		require.Len(t, saved, 2)
+		require.Contains(t, out, "checkpoint "+saved[0]+" found in the chain")
+		require.NoError(t, os.WriteFile(cpFile, []byte("garbage\n"), 0o600))
+		_, errOut, code = runCLI(t, s, "audit", "verify", "--checkpoint-file", cpFile)
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut, "last line")
 
 		out, errOut, code = runCLI(t, s, "runs", "show", first.ID)
 		require.Equal(t, 0, code, errOut)
