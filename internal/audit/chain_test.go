@@ -181,7 +181,9 @@ func TestAU3ConcurrentWriters(t *testing.T) {
 	ctx := context.Background()
 	var nodes []store.Store
 	for range 2 {
-		st, err := postgres.Open(ctx, dsn)
+		// 17 connections per node: every one of its 16 writers and its
+		// sealer can be in a transaction at once, and no more.
+		st, err := postgres.Open(ctx, dsn+poolSuffix(dsn, 17))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = st.Close() })
 		nodes = append(nodes, st)
@@ -394,9 +396,11 @@ func TestAU4Tampering(t *testing.T) {
 			return u.cp.Seq
 		}, true},
 	}
+	// The cases run one after the other (each on both stores at once): in
+	// parallel they would hold dozens of PostgreSQL connections while the
+	// rest of the suite needs them too.
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
 			backends(t, func(t *testing.T, b *backend) {
 				u := &setup{s: audit.NewSealer(b.st, nil)}
 				for i := range 10 {
@@ -499,4 +503,15 @@ func TestAU4AppRoleDenied(t *testing.T) {
 	rep := verify(t, appSt, nil)
 	require.True(t, rep.OK, "%+v", rep.Broken)
 	require.EqualValues(t, 2, rep.Sealed)
+}
+
+// poolSuffix limits a DSN's pool (URL or key=value form).
+func poolSuffix(dsn string, n int) string {
+	switch {
+	case strings.Contains(dsn, "://") && strings.Contains(dsn, "?"):
+		return fmt.Sprintf("&pool_max_conns=%d", n)
+	case strings.Contains(dsn, "://"):
+		return fmt.Sprintf("?pool_max_conns=%d", n)
+	}
+	return fmt.Sprintf(" pool_max_conns=%d", n)
 }
