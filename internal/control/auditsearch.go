@@ -24,8 +24,8 @@ type AuditFilter struct {
 const auditScanBudget = 20000
 
 // SearchAudit lists the tenant's audit events matching f in sequence order
-// (admin). The subject filter is a store query; actor, action and time are
-// applied while paging, within a budget of events read. next is the cursor
+// (admin). Subject, actor and start time are store filters; action and end
+// time are applied while paging, within a budget of events read. next is the cursor
 // to continue from (0 when the log is exhausted).
 func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (events []*store.AuditEvent, next int64, err error) {
 	if err := requireAdmin(actor); err != nil {
@@ -36,7 +36,8 @@ func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (
 	}
 	after, read := f.After, 0
 	for read < auditScanBudget {
-		page, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, RunID: f.RunID, Limit: 1000})
+		page, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, RunID: f.RunID,
+			Actor: f.Actor, Since: f.Since, Limit: 1000})
 		if err != nil {
 			return nil, 0, mapStoreErr(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -115,6 +116,8 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// Metrics receives measurements (internal/metrics); nil records nothing.
+	Metrics Observer
 }
 
 // Service is the run service.
@@ -128,6 +131,7 @@ type Service struct {
 	appTTL time.Duration
 	creds  *Credentials
 	broker *connector.Broker
+	obs    Observer
 }
 
 // New returns a Service.
@@ -148,7 +152,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, obs: observerOrNop(cfg.Metrics)}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is
@@ -179,10 +183,10 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 		}
 		raw = b
 	}
-	if err := tx.AuditAppend(ctx, &store.AuditEvent{Tenant: tenant, Actor: actor, Action: action, Subject: subject, Details: raw, At: s.nowValue()}); err != nil {
+	if err := tx.AuditAppend(ctx, auditEvent(tenant, actor, action, subject, raw, s.nowValue())); err != nil {
 		return fmt.Errorf("append audit event: %w", err)
 	}
-	return nil
+	return failpoint.Inject("audit.afterInsertBeforeCommit")
 }
 
 // nowValue is the fake time in tests and the zero time (store picks database

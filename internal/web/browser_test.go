@@ -357,6 +357,7 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 	b.do(admin,
 		chromedp.Navigate(b.base+"/audit?run="+held),
 		chromedp.WaitVisible(q("table.audit")),
+		waitJS(`document.querySelector("#chain-verdict") && document.querySelector("#chain-verdict").textContent === "Chain verified"`),
 	)
 	for _, action := range []string{"run.requested", "attempt.claimed", "lease.acquired"} {
 		require.True(t, b.eval(admin, `document.querySelector("table.audit").textContent.includes("`+action+`")`), action)

@@ -104,6 +104,7 @@ type env struct {
 	st     store.Store
 	gates  string
 	repo   string
+	dsn    string
 	admin  control.Actor
 	tokens map[string]string // principal name → API token
 }
@@ -139,7 +140,7 @@ func newEnvDB(t *testing.T, dsn string) *env {
 		defer cancel()
 		_ = srv.Stop(sctx)
 	})
-	e := &env{t: t, srv: srv, url: srv.URL(), svc: srv.Control(), st: srv.Store(), gates: gates, repo: repo, tokens: map[string]string{"admin": adminToken}}
+	e := &env{t: t, srv: srv, url: srv.URL(), svc: srv.Control(), st: srv.Store(), gates: gates, repo: repo, dsn: dsn, tokens: map[string]string{"admin": adminToken}}
 	p, err := (&authn.Authenticator{Store: e.st, Clock: clock.Real{}}).Principal(ctx, bearer(adminToken))
 	require.NoError(t, err)
 	e.admin = control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}

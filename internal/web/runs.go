@@ -83,15 +83,18 @@ func (h *Handler) runRows(w http.ResponseWriter, r *http.Request, s *session) {
 
 // runData is the run page.
 type runData struct {
-	Run        *store.Run
-	Attempts   []*store.Attempt
-	Approvals  []*store.Approval
-	Decision   decisionRecord
-	Params     string
-	Source     map[string]string
-	Spec       string
-	Leases     []runLease
-	Timeline   []timelineEvent
+	Run       *store.Run
+	Attempts  []*store.Attempt
+	Approvals []*store.Approval
+	Decision  decisionRecord
+	Params    string
+	Source    map[string]string
+	Spec      string
+	Leases    []runLease
+	Timeline  []timelineEvent
+	// History is the run's audit trail: every change, who made it, in
+	// commit order.
+	History    []control.TimelineEntry
 	CanCancel  bool
 	CanApprove bool
 	// ApproveNote says why the principal cannot approve, when the run waits.
@@ -146,6 +149,7 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 		d.Leases = append(d.Leases, l)
 	}
 	d.Timeline = timeline(v)
+	d.History = v.Timeline
 	d.CanCancel = !d.Terminal && (run.Actor == s.Actor.Name || s.Actor.Admin)
 	if run.State == store.RunPendingApproval {
 		d.CanApprove, d.ApproveNote = mayApprove(s.Actor, run, d.Decision, v.Approvals)
