@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,15 @@ type Config struct {
 	// Clients is the number of concurrent callers requesting runs
 	// (default 4).
 	Clients int
+	// Dispatch is the number of runs of the paced dispatch-latency phase
+	// (default 200).
+	Dispatch int
+	// Raw also runs the raw SKIP LOCKED claim+complete loop (raw.go) on the
+	// same database, one row per transaction and RawBatch rows per
+	// statement, and reports jobplane's rates as ratios of them.
+	Raw bool
+	// RawBatch is the batched raw loop's rows per statement (default 10).
+	RawBatch int
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Progress, when set, is called from one goroutine about five times a
@@ -43,6 +53,12 @@ func (c *Config) defaults() {
 	}
 	if c.Clients <= 0 {
 		c.Clients = 4
+	}
+	if c.Dispatch <= 0 {
+		c.Dispatch = 200
+	}
+	if c.RawBatch <= 0 {
+		c.RawBatch = 10
 	}
 }
 
@@ -72,7 +88,39 @@ type Result struct {
 	RequestToClaimed Latency `json:"request_to_claimed"`
 	EmptyClaims      int     `json:"empty_claims"`
 
+	// Lifecycle is the lifecycle phase: runs requested while runners wait
+	// in long polls, each claimed, renewed, logged and finished.
+	Lifecycle                 Phase   `json:"lifecycle"`
+	LifecycleClaimLatency     Latency `json:"lifecycle_claim_latency"`
+	LifecycleRequestToClaimed Latency `json:"lifecycle_request_to_claimed"`
+
+	// Dispatch is the paced phase: one run at a time, requested while every
+	// runner waits idle; DispatchLatency is its request→claimed.
+	Dispatch        Phase   `json:"dispatch"`
+	DispatchLatency Latency `json:"dispatch_latency"`
+
+	// Transactions counts what the server committed over the whole
+	// benchmark (all phases, registration and verification included).
+	Transactions Transactions `json:"transactions"`
+
+	// Raw holds the raw loops (one row per transaction, then a batch per
+	// statement) when asked for.
+	Raw []Raw `json:"raw,omitempty"`
+
 	Verification Verification `json:"verification"`
+}
+
+// Transactions is what the server committed during the benchmark.
+type Transactions struct {
+	// Store counts the write transactions the store committed (InTx and, on
+	// SQLite, every write).
+	Store int64 `json:"store"`
+	// Groups and Bodies are the group committer's transactions and the
+	// calls they carried (a subset of Store).
+	Groups int64 `json:"groups"`
+	Bodies int64 `json:"bodies"`
+	// PerRun is Store divided by the runs the benchmark created.
+	PerRun float64 `json:"per_run"`
 }
 
 // Run performs one measurement on a fresh server. A run that did not
@@ -88,6 +136,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res = &Result{
 		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients,
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: clock.Real{}.Now().UTC().Truncate(time.Second),
+	}
+	var commits0 int64
+	if c, ok := env.Server.Store().(interface{ Commits() int64 }); ok {
+		commits0 = c.Commits()
 	}
 	runners, err := env.RegisterRunners(ctx, cfg.Workers)
 	if err != nil {
@@ -113,6 +165,24 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.ClaimResult, res.ClaimLatency, res.ResultLatency = dr.Phase, dr.ClaimLatency, dr.ResultLatency
 	res.RequestToClaimed, res.EmptyClaims = dr.RequestToClaimed, dr.EmptyClaims
 
+	done.Store(0)
+	stop = progress(cfg.Progress, "lifecycle", cfg.Runs, &done)
+	lc, err := env.RunLifecycle(ctx, runners, cfg.Runs, cfg.Clients, false, &done)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	res.Lifecycle, res.LifecycleClaimLatency, res.LifecycleRequestToClaimed = lc.Phase, lc.ClaimLatency, lc.RequestToClaimed
+
+	done.Store(0)
+	stop = progress(cfg.Progress, "dispatch", cfg.Dispatch, &done)
+	dl, err := env.RunLifecycle(ctx, runners, cfg.Dispatch, 1, true, &done)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	res.Dispatch, res.DispatchLatency = dl.Phase, dl.RequestToClaimed
+
 	want := make(map[string]struct{}, len(req.CreatedAt))
 	for id := range req.CreatedAt {
 		want[id] = struct{}{}
@@ -121,8 +191,36 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	lv, err := env.Verify(ctx, lc.Requested, lc.Claims)
+	if err != nil {
+		return nil, err
+	}
+	dv, err := env.Verify(ctx, dl.Requested, dl.Claims)
+	if err != nil {
+		return nil, err
+	}
+	v.Checked += lv.Checked + dv.Checked
+	v.Problems = append(append(v.Problems, lv.Problems...), dv.Problems...)
 	res.Verification = *v
-	return res, v.Err()
+	if c, ok := env.Server.Store().(interface{ Commits() int64 }); ok {
+		res.Transactions.Store = c.Commits() - commits0
+	}
+	cs := env.Server.Control().CommitStats()
+	res.Transactions.Groups, res.Transactions.Bodies = cs.Transactions, cs.Bodies
+	res.Transactions.PerRun = math.Round(float64(res.Transactions.Store)/float64(2*cfg.Runs+cfg.Dispatch)*100) / 100
+	if err := v.Err(); err != nil {
+		return res, err
+	}
+	if cfg.Raw {
+		for _, batch := range []int{1, cfg.RawBatch} {
+			raw, err := RunRaw(ctx, env.DSN, cfg.Runs, cfg.Workers, batch)
+			if err != nil {
+				return res, err
+			}
+			res.Raw = append(res.Raw, *raw)
+		}
+	}
+	return res, nil
 }
 
 // progress calls fn every 200 ms with done's value until the returned stop
@@ -150,6 +248,13 @@ func progress(fn func(string, int, int), phase string, total int, done *atomic.I
 	return func() { close(quit); <-finished }
 }
 
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return math.Round(a/b*1000) / 1000
+}
+
 // String is a short human summary.
 func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
@@ -161,6 +266,20 @@ func (r *Result) String() string {
 		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms)
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; request, long-poll claim, renew, log chunk, result; claim answered p50 %.2f ms, p99 %.2f ms after it was sent)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms)
+	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
+		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
+	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",
+		r.DispatchLatency.P50ms, r.DispatchLatency.P99ms, r.DispatchLatency.MaxMs, r.Dispatch.Ops)
+	t := r.Transactions
+	s += fmt.Sprintf("  transactions   %d committed by the store, %.2f per run (%d group transactions carried %d calls)\n",
+		t.Store, t.PerRun, t.Groups, t.Bodies)
+	for _, raw := range r.Raw {
+		s += fmt.Sprintf("  raw loop       %8.1f jobs/s   (%d rows per transaction, %d workers, %d transactions; lifecycle/raw %.3f, claim+result/raw %.3f)\n",
+			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions,
+			ratio(r.Lifecycle.PerSecond, raw.Phase.PerSecond), ratio(r.ClaimResult.PerSecond, raw.Phase.PerSecond))
+	}
 	if r.Verification.OK() {
 		s += fmt.Sprintf("  verified: all %d runs succeeded on their only attempt, each claimed once\n", r.Verification.Checked)
 	} else {

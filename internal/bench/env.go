@@ -62,6 +62,8 @@ type Env struct {
 	HTTP   *http.Client
 	// Driver is "sqlite" or "postgres".
 	Driver string
+	// DSN is the --db value the server opened.
+	DSN string
 
 	dir string
 }
@@ -125,7 +127,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		},
 	}
 	return &Env{
-		Server: srv, HTTP: hc, Driver: driver, dir: dir,
+		Server: srv, HTTP: hc, Driver: driver, DSN: db, dir: dir,
 		Admin: &apiclient.Client{BaseURL: srv.URL(), Token: token, HTTP: hc},
 	}, nil
 }

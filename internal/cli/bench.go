@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/jobplane/jobplane/internal/bench"
 )
@@ -17,8 +18,14 @@ type BenchCmd struct {
 	Runs     int    `default:"2000" help:"Runs to request and then claim."`
 	Workers  int    `default:"8" help:"Runner identities claiming concurrently."`
 	Clients  int    `default:"4" help:"Concurrent clients requesting runs."`
+	Dispatch int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
+	Raw      bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
+	RawBatch int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
 	JSON     bool   `help:"Print the result as JSON." name:"json"`
 	LogLevel string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
+	// CPUProfile profiles the whole process: server, clients and runners
+	// share it, as they share the machine.
+	CPUProfile string `name:"cpuprofile" help:"Write a CPU profile of the whole benchmark (server and callers) to this file." placeholder:"FILE"`
 }
 
 // Run performs the measurement. It fails (exit 1) when any run did not
@@ -28,8 +35,20 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
 	cfg := bench.Config{
-		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients,
-		Logger: newLogger(g.Stderr, c.LogLevel),
+		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
+		Dispatch: c.Dispatch,
+		Logger:   newLogger(g.Stderr, c.LogLevel),
+	}
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	tty := benchIsTerminal(g.Stderr)
 	if tty {

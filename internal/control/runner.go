@@ -140,6 +140,11 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	for {
 		wake := s.store.Wake()
 		a, err := s.claimOnce(ctx, call, req.RequestID)
+		if a == nil && ctx.Err() != nil {
+			// The caller left while its claim waited for a group
+			// transaction: nothing was claimed for it.
+			return nil, nil
+		}
 		if a != nil || err != nil {
 			return a, err
 		}
@@ -173,9 +178,9 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 
 func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string) (asg *protocol.Assignment, revoked bool, err error) {
 	token := id.Secret(32)
-	err = s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.commits.do(ctx, func(tx store.Tx) error {
 		asg, revoked = nil, false
-		a, err := tx.AttemptClaim(ctx, &store.AttemptClaimParams{
+		a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
 			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)),
 			ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
@@ -380,7 +385,7 @@ func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.Sig
 // Renew extends the attempt's lease by its TTL, never past its deadline.
 func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
 	var resp *protocol.RenewResponse
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := s.commits.do(ctx, func(tx store.Tx) error {
 		a, r, _, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -421,7 +426,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		}
 		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -486,7 +491,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		rec.Artifacts = []string{}
 	}
 	var resp *protocol.ResultResponse
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := s.commits.do(ctx, func(tx store.Tx) error {
 		a, r, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			var prev resultRecord

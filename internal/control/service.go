@@ -115,19 +115,23 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// CommitBatch bounds the calls that share one group transaction
+	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
+	CommitBatch int
 }
 
 // Service is the run service.
 type Service struct {
-	store  store.Store
-	clock  clock.Clock
-	defs   Definitions
-	log    *slog.Logger
-	apiURL string
-	batch  int
-	appTTL time.Duration
-	creds  *Credentials
-	broker *connector.Broker
+	store   store.Store
+	clock   clock.Clock
+	defs    Definitions
+	log     *slog.Logger
+	apiURL  string
+	batch   int
+	appTTL  time.Duration
+	creds   *Credentials
+	broker  *connector.Broker
+	commits *committer
 }
 
 // New returns a Service.
@@ -148,7 +152,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker,
+		commits: newCommitter(cfg.Store, cfg.CommitBatch)}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

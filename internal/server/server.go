@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	h := api.New(api.Config{
 		Control:   svc,
-		Auth:      &authn.Authenticator{Store: st, Clock: opts.Clock},
+		Auth:      &authn.Authenticator{Store: svc.AuthStore(), Clock: opts.Clock},
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,
