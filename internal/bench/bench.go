@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ type Config struct {
 	// Clients is the number of concurrent callers requesting runs
 	// (default 4).
 	Clients int
+	// Backlog, when positive, replaces the phases by the backlog
+	// measurement (backlog.go): that many queued runs, then Runs of them
+	// claimed and finished. PostgreSQL only.
+	Backlog int
 	// Dispatch is the number of runs of the paced dispatch-latency phase
 	// (default 200).
 	Dispatch int
@@ -36,6 +41,9 @@ type Config struct {
 	Raw bool
 	// RawBatch is the batched raw loop's rows per statement (default 10).
 	RawBatch int
+	// CommitBatch bounds the calls of one group transaction; 1 turns group
+	// commit off (for comparison), 0 is the server's default.
+	CommitBatch int
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Progress, when set, is called from one goroutine about five times a
@@ -103,6 +111,9 @@ type Result struct {
 	// benchmark (all phases, registration and verification included).
 	Transactions Transactions `json:"transactions"`
 
+	// Backlog is the backlog measurement, when asked for.
+	Backlog *Backlog `json:"backlog,omitempty"`
+
 	// Raw holds the raw loops (one row per transaction, then a batch per
 	// statement) when asked for.
 	Raw []Raw `json:"raw,omitempty"`
@@ -128,7 +139,7 @@ type Transactions struct {
 // returned too.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.defaults()
-	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, MaxConns: 2 * (cfg.Workers + cfg.Clients)})
+	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, MaxConns: 2 * (cfg.Workers + cfg.Clients)})
 	if err != nil {
 		return nil, err
 	}
@@ -146,9 +157,17 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 
+	if cfg.Backlog > 0 {
+		bl, err := env.RunBacklog(ctx, runners, cfg.Backlog, cfg.Runs)
+		res.Backlog = bl
+		return res, err
+	}
+
 	var done atomic.Int64
 	stop := progress(cfg.Progress, "request", cfg.Runs, &done)
+	cpu0 := processCPU()
 	req, err := env.RequestRuns(ctx, cfg.Runs, cfg.Clients, &done)
+	req.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
 	stop()
 	if err != nil {
 		return nil, err
@@ -157,8 +176,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	done.Store(0)
 	stop = progress(cfg.Progress, "claim+result", cfg.Runs, &done)
+	cpu0 = processCPU()
 	dr, err := env.Drain(ctx, runners, req.CreatedAt, &done)
 	stop()
+	if dr != nil {
+		dr.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +190,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	done.Store(0)
 	stop = progress(cfg.Progress, "lifecycle", cfg.Runs, &done)
+	cpu0 = processCPU()
 	lc, err := env.RunLifecycle(ctx, runners, cfg.Runs, cfg.Clients, false, &done)
 	stop()
+	if lc != nil {
+		lc.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -259,15 +286,25 @@ func ratio(a, b float64) float64 {
 func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
-	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms)\n",
-		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms)
-	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms)\n",
+	if b := r.Backlog; b != nil {
+		s += fmt.Sprintf("  backlog        %d runs queued (inserted in %.1fs)\n", b.Queued, b.InsertSecs)
+		s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d claimed from the backlog in %.2fs; claim p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
+			b.ClaimResult.PerSecond, b.ClaimResult.Ops, b.ClaimResult.Seconds, b.ClaimLatency.P50ms, b.ClaimLatency.P99ms, b.ClaimLatency.MaxMs)
+		s += "  verified: each claimed run was claimed once and ended succeeded\n"
+		if b.Explain != "" {
+			s += "  EXPLAIN (ANALYZE, BUFFERS) of the claim statement:\n    " + strings.ReplaceAll(b.Explain, "\n", "\n    ") + "\n"
+		}
+		return s
+	}
+	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, r.Request.CPUPerOpUs)
+	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
 		r.ClaimResult.PerSecond, r.ClaimResult.Ops, r.ClaimResult.Seconds,
-		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms)
+		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, r.ClaimResult.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
-	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; request, long-poll claim, renew, log chunk, result; claim answered p50 %.2f ms, p99 %.2f ms after it was sent)\n",
-		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms)
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; request, long-poll claim, renew, log chunk, result; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
 		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
 	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",

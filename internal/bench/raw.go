@@ -140,7 +140,7 @@ func (p *pgRaw) claim(ctx context.Context, batch int) ([]int64, error) {
 	var ids []int64
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE `+rawTable+` SET state = 'running', claims = claims + 1
-			WHERE id IN (SELECT id FROM `+rawTable+` WHERE state = 'queued' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+			WHERE id = ANY(ARRAY(SELECT id FROM `+rawTable+` WHERE state = 'queued' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
 			RETURNING id`, batch)
 		if err != nil {
 			return err

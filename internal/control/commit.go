@@ -34,10 +34,13 @@ import (
 // DefaultCommitBatch bounds how many bodies share one transaction.
 const DefaultCommitBatch = 128
 
-// defaultCommitters is how many group transactions may be in flight at
-// once: one collects while another commits. SQLite serializes them behind
-// its write gate anyway.
-const defaultCommitters = 2
+// defaultCommitters is how many group transactions may be in flight at once
+// on a store that runs writers concurrently (PostgreSQL): calls only wait to
+// be grouped when that many are already running, so a lightly loaded server
+// answers as soon as its own transaction commits. A store with one writer
+// (SQLite) gets one: the calls that arrive while it commits form the next
+// group instead of queueing at the write lock one by one.
+const defaultCommitters = 4
 
 type commitOp struct {
 	ctx  context.Context
@@ -78,7 +81,11 @@ func newCommitter(st store.Store, max int) *committer {
 	if max <= 0 {
 		max = DefaultCommitBatch
 	}
-	return &committer{st: st, max: max, workers: defaultCommitters}
+	workers := defaultCommitters
+	if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		workers = 1
+	}
+	return &committer{st: st, max: max, workers: workers}
 }
 
 // do runs fn in a transaction shared with the other calls waiting now and

@@ -45,6 +45,8 @@ type Options struct {
 	Clock  clock.Clock
 	// ReapInterval defaults to one second.
 	ReapInterval time.Duration
+	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
+	CommitBatch int
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -105,7 +107,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return nil, err
 	}
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box)})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), CommitBatch: opts.CommitBatch})
 	if err != nil {
 		st.Close()
 		return nil, err

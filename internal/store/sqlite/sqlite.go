@@ -129,6 +129,10 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
+// SingleWriter reports that write transactions run one at a time, so that
+// callers may group their work into fewer of them.
+func (s *Store) SingleWriter() bool { return true }
+
 // Commits counts the write transactions this store committed (for `jobplane
 // bench`'s transactions per run).
 func (s *Store) Commits() int64 { return s.commits.Load() }
