@@ -32,6 +32,10 @@ type Config struct {
 	// measurement (backlog.go): that many queued runs, then Runs of them
 	// claimed and finished. PostgreSQL only.
 	Backlog int
+	// Idle, when positive, replaces the phases by the idle measurement
+	// (idle.go): that many runners wait in long polls; memory, then
+	// dispatch latency over Dispatch runs.
+	Idle int
 	// Dispatch is the number of runs of the paced dispatch-latency phase
 	// (default 200).
 	Dispatch int
@@ -111,6 +115,9 @@ type Result struct {
 	// benchmark (all phases, registration and verification included).
 	Transactions Transactions `json:"transactions"`
 
+	// Idle is the idle-runners measurement, when asked for.
+	Idle *Idle `json:"idle,omitempty"`
+
 	// Backlog is the backlog measurement, when asked for.
 	Backlog *Backlog `json:"backlog,omitempty"`
 
@@ -139,7 +146,7 @@ type Transactions struct {
 // returned too.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.defaults()
-	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, MaxConns: 2 * (cfg.Workers + cfg.Clients)})
+	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, MaxConns: 2*(cfg.Workers+cfg.Clients) + cfg.Idle})
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +164,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 
+	if cfg.Idle > 0 {
+		idle, err := env.RunIdle(ctx, cfg.Idle, cfg.Dispatch)
+		res.Idle = idle
+		return res, err
+	}
 	if cfg.Backlog > 0 {
 		bl, err := env.RunBacklog(ctx, runners, cfg.Backlog, cfg.Runs)
 		res.Backlog = bl
@@ -286,13 +298,26 @@ func ratio(a, b float64) float64 {
 func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
+	if i := r.Idle; i != nil {
+		s += fmt.Sprintf("  idle runners   %d registered, %d waiting in a long poll at once\n", i.Runners, i.Waiting)
+		s += fmt.Sprintf("  memory         RSS %.1f MiB (%.1f MiB before they waited); Go heap %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB — server and runners together\n",
+			i.RSSMiB, i.BaselineRSSMiB, i.HeapMiB, i.StackMiB, i.SysMiB)
+		s += fmt.Sprintf("  idle CPU       %.2f cores while they waited\n", i.IdleCPU)
+		s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, all runners waiting)\n",
+			i.DispatchLatency.P50ms, i.DispatchLatency.P99ms, i.DispatchLatency.MaxMs, i.Dispatch.Ops)
+		return s
+	}
 	if b := r.Backlog; b != nil {
-		s += fmt.Sprintf("  backlog        %d runs queued (inserted in %.1fs)\n", b.Queued, b.InsertSecs)
-		s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d claimed from the backlog in %.2fs; claim p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
-			b.ClaimResult.PerSecond, b.ClaimResult.Ops, b.ClaimResult.Seconds, b.ClaimLatency.P50ms, b.ClaimLatency.P99ms, b.ClaimLatency.MaxMs)
+		for _, rd := range []BacklogRound{b.Small, b.Big} {
+			s += fmt.Sprintf("  queue of %-8d claim+result %7.1f runs/s (%d claimed; claim p50 %.2f ms, p99 %.2f ms, max %.2f ms; filled in %.1fs)\n",
+				rd.Queued, rd.ClaimResult.PerSecond, rd.ClaimResult.Ops, rd.ClaimLatency.P50ms, rd.ClaimLatency.P99ms, rd.ClaimLatency.MaxMs, rd.InsertSecs)
+		}
+		s += fmt.Sprintf("  claim p99 ratio %.2f (big queue / small queue)\n", b.P99Ratio)
 		s += "  verified: each claimed run was claimed once and ended succeeded\n"
-		if b.Explain != "" {
-			s += "  EXPLAIN (ANALYZE, BUFFERS) of the claim statement:\n    " + strings.ReplaceAll(b.Explain, "\n", "\n    ") + "\n"
+		for _, rd := range []BacklogRound{b.Small, b.Big} {
+			if rd.Explain != "" {
+				s += fmt.Sprintf("  EXPLAIN (ANALYZE, BUFFERS) of the claim statement, %d queued:\n    %s\n", rd.Queued, strings.ReplaceAll(rd.Explain, "\n", "\n    "))
+			}
 		}
 		return s
 	}

@@ -46,6 +46,12 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		clients = 1
 	}
 	finished := make(chan struct{}, n)
+	// Paced, runners mostly wait: a long poll as long as the idle runners'
+	// keeps their re-polling out of the measurement.
+	wait := LifecycleWait
+	if paced {
+		wait = IdleWait
+	}
 	// The claim of a run may be answered before its request is: claim times
 	// and request times are kept apart and matched at the end.
 	type local struct {
@@ -66,7 +72,7 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		g.Go(func() error {
 			for wctx.Err() == nil {
 				t0 := clock.Real{}.Now()
-				asg, err := r.Client.Claim(wctx, LifecycleWait, "")
+				asg, err := r.Client.Claim(wctx, wait, "")
 				t1 := clock.Real{}.Now()
 				if err != nil {
 					if wctx.Err() != nil {

@@ -21,6 +21,7 @@ type BenchCmd struct {
 	Dispatch    int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
 	CommitBatch int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
 	Backlog     int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
+	Idle        int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
 	Raw         bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
 	RawBatch    int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
 	JSON        bool   `help:"Print the result as JSON." name:"json"`
@@ -38,7 +39,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
-		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog, Idle: c.Idle,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
 	if c.CPUProfile != "" {

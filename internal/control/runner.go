@@ -137,31 +137,52 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
+	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels})
+	w := s.lines.join(scope)
+	defer s.lines.leave(scope, w)
 	for {
 		wake := s.store.Wake()
+		s.lines.setTrying(w, true)
 		a, err := s.claimOnce(ctx, call, req.RequestID)
+		s.lines.setTrying(w, false)
 		if a == nil && ctx.Err() != nil {
 			// The caller left while its claim waited for a group
 			// transaction: nothing was claimed for it.
 			return nil, nil
 		}
-		if a != nil || err != nil {
+		if a != nil {
+			// There may be more: let the next in line look too (dispatch.go).
+			s.lines.pokeNext(scope, 2)
+		}
+		if a != nil || err != nil || req.WaitSeconds == 0 {
 			return a, err
 		}
-		// Retries become due with time, not with a notification: look again
-		// at least every second.
-		tick := time.NewTimer(time.Second)
+		var tickC <-chan time.Time
+		var storeWake <-chan struct{}
+		var tick *time.Timer
+		if s.lines.isHead(scope, w) {
+			// Retries become due with time, not with a notification: the
+			// head looks again at least every second.
+			storeWake = wake
+			tick = time.NewTimer(time.Second)
+			tickC = tick.C
+		}
+		expired := false
 		select {
 		case <-ctx.Done():
-			tick.Stop()
-			return nil, nil
+			expired = true
 		case <-timer.C:
-			tick.Stop()
-			return nil, nil
-		case <-wake:
-		case <-tick.C:
+			expired = true
+		case <-storeWake:
+		case <-tickC:
+		case <-w.poke:
 		}
-		tick.Stop()
+		if tick != nil {
+			tick.Stop()
+		}
+		if expired {
+			return nil, nil
+		}
 	}
 }
 

@@ -132,6 +132,7 @@ type Service struct {
 	creds   *Credentials
 	broker  *connector.Broker
 	commits *committer
+	lines   claimLines
 }
 
 // New returns a Service.
