@@ -166,13 +166,19 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	if cfg.Idle > 0 {
 		idle, err := env.RunIdle(ctx, cfg.Idle, cfg.Dispatch)
+		if err != nil {
+			return nil, err
+		}
 		res.Idle = idle
-		return res, err
+		return res, nil
 	}
 	if cfg.Backlog > 0 {
 		bl, err := env.RunBacklog(ctx, runners, cfg.Backlog, cfg.Runs)
+		if err != nil {
+			return nil, err
+		}
 		res.Backlog = bl
-		return res, err
+		return res, nil
 	}
 
 	var done atomic.Int64

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -79,14 +80,15 @@ func (e *Env) RunIdle(ctx context.Context, n, runs int) (*Idle, error) {
 			return nil
 		})
 	}
-	// Wait until every runner is in its long poll, then a little longer for
-	// the server's side to settle.
-	deadline := clock.Real{}.Now().Add(2 * time.Minute)
-	for waiting.Load() < int64(n) && (clock.Real{}).Now().Before(deadline) && gctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
+	// Wait until every runner's claim waits on the server, then a little
+	// longer for the arrival's work to settle.
+	if err := e.awaitWaiting(gctx, n); err != nil {
+		cancel()
+		return nil, errors.Join(err, g.Wait())
 	}
+	time.Sleep(2 * time.Second)
 	cpu0, t0 := processCPU(), clock.Real{}.Now()
-	time.Sleep(3 * time.Second)
+	time.Sleep(5 * time.Second)
 	out.IdleCPU = float64(processCPU()-cpu0) / float64(clock.Real{}.Now().Sub(t0))
 	runtime.GC()
 	var ms runtime.MemStats

@@ -109,6 +109,13 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 			return nil
 		})
 	}
+	if paced {
+		// Requests start once every runner waits on the server, so that the
+		// runners' first claims are not part of what is measured.
+		if err := e.awaitWaiting(gctx, len(runners)); err != nil {
+			return nil, err
+		}
+	}
 	var next atomic.Int64
 	for c := range clients {
 		l := &locals[len(runners)+c]
@@ -164,4 +171,20 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 	out.ClaimLatency = Summarize(claimLat)
 	out.RequestToClaimed = Summarize(r2c)
 	return out, nil
+}
+
+// awaitWaiting waits (up to two minutes) until n claims wait on the server.
+func (e *Env) awaitWaiting(ctx context.Context, n int) error {
+	deadline := clock.Real{}.Now().Add(2 * time.Minute)
+	for e.Server.Control().ClaimsWaiting() < n {
+		if !(clock.Real{}).Now().Before(deadline) {
+			return fmt.Errorf("only %d of %d runners are waiting in a claim after two minutes", e.Server.Control().ClaimsWaiting(), n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }

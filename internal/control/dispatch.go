@@ -194,8 +194,11 @@ func pokeLocked(w *claimWaiter) {
 	}
 }
 
-// waiting reports how many claims wait in all lines (for tests and
-// metrics).
+// ClaimsWaiting reports how many long-polling claims are waiting on this
+// server now.
+func (s *Service) ClaimsWaiting() int { return s.lines.waiting() }
+
+// waiting reports how many claims wait in all lines.
 func (d *claimLines) waiting() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()

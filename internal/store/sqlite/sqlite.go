@@ -55,6 +55,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	// Idle connections are kept so that the pragmas are not re-run per query.
 	db.SetMaxIdleConns(8)
+	// SQLite gains nothing from hundreds of connections (one writer, and
+	// readers share the CPU), while each costs file descriptors: thousands
+	// of runners calling at once would otherwise open one each and run the
+	// process out of descriptors. Calls beyond this wait for a connection.
+	db.SetMaxOpenConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1), wake: make(chan struct{})}
 	s.queries = queries{db: cachedDB{c: s.stmts, db: db}, s: s}
