@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/api"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
@@ -20,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/metrics"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
@@ -32,6 +34,8 @@ type Server struct {
 	clock    clock.Clock
 	store    store.Store
 	svc      *control.Service
+	metrics  *metrics.Metrics
+	sealer   *audit.Sealer
 	http     *http.Server
 	ln       net.Listener
 	cancel   context.CancelFunc
@@ -45,6 +49,8 @@ type Options struct {
 	Clock  clock.Clock
 	// ReapInterval defaults to one second.
 	ReapInterval time.Duration
+	// SealInterval (audit chain sealing) defaults to one second.
+	SealInterval time.Duration
 	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
 	CommitBatch int
 }
@@ -79,6 +85,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	if opts.ReapInterval <= 0 {
 		opts.ReapInterval = time.Second
 	}
+	if opts.SealInterval <= 0 {
+		opts.SealInterval = time.Second
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -106,8 +115,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
+	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), CommitBatch: opts.CommitBatch})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets, CommitBatch: opts.CommitBatch})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -127,6 +137,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 			return nil, fmt.Errorf("create admin principal: %w", err)
 		}
 	}
+	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("github: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
@@ -138,10 +153,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,
+		GitHub:    gh.webhook,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
-		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln, metrics: mets,
+		http:     &http.Server{Handler: withMetrics(h, mets, opts.Clock), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -164,10 +180,12 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.RevokeCredentials(ctx)
 		return err
 	})
+	s.sealer = s.startSealer(bg, st, opts.Logger, opts.SealInterval)
 	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
 		_, err := svc.PurgeNonces(ctx)
 		return err
 	})
+	s.startGitHub(bg, gh)
 	go func() { s.serveErr <- s.http.Serve(ln) }()
 	s.log.Info("server: listening", "addr", ln.Addr().String(), "db", driverOf(cfg.DB), "channels", cfg.Channels)
 	return s, nil
@@ -207,6 +225,9 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 
 // Control exposes the run service (for the dev command and tests).
 func (s *Server) Control() *control.Service { return s.svc }
+
+// Sealer exposes the audit sealer (for tests: SealAll).
+func (s *Server) Sealer() *audit.Sealer { return s.sealer }
 
 // Store exposes the store (for tests).
 func (s *Server) Store() store.Store { return s.store }

@@ -75,7 +75,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RegTokenUseConcurrent", testRegTokenConcurrent},
 		{"Nonces", testNonces},
 		{"Logs", testLogs},
-		{"Audit", testAudit},
+		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain},
 		{"Now", testNow},
 		{"InTxRollback", testInTxRollback},
 		{"ForUpdate", testForUpdate},
@@ -88,6 +88,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Catalogs", testCatalogs},
 		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 		{"Schedules", testSchedules},
+		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
