@@ -116,7 +116,7 @@ func TestArchiveMatchesGitArchive(t *testing.T) {
 		want, err := cmd.Output()
 		require.NoError(t, err)
 		wantEntries, wantComment := readTar(t, bytes.NewReader(want))
-		require.Len(t, wantEntries, 8, "dirs, files, the executable and the symlink")
+		require.Len(t, wantEntries, 9, "dirs, files, the executable and the symlink")
 		require.Equal(t, wantEntries, got, "commit %s", commit)
 		require.Equal(t, wantComment, gotComment)
 		require.Equal(t, commit, gotComment)
