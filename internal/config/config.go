@@ -47,6 +47,8 @@ type Server struct {
 	// PublicURL is how jobs and runners reach the server (JOBPLANE_API); it
 	// defaults to http://Listen.
 	PublicURL string
+	// SourceRepos maps a repository name to its URL or path (--source-repo).
+	SourceRepos map[string]string
 }
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)

@@ -115,6 +115,8 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// Artifacts configures artifact storage and source tickets.
+	Artifacts ArtifactConfig
 }
 
 // Service is the run service.
@@ -128,6 +130,7 @@ type Service struct {
 	appTTL time.Duration
 	creds  *Credentials
 	broker *connector.Broker
+	art    ArtifactConfig
 }
 
 // New returns a Service.
@@ -148,7 +151,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is
