@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	jcli "github.com/jobplane/jobplane/internal/cli"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -100,6 +101,24 @@ source: {repo: code}
 	require.True(t, bytes.Contains(run.Attempts[0].Result, []byte(list.Artifacts[0].ID)), "the result names the stored artifact: %s", run.Attempts[0].Result)
 	_, err = os.Stat(filepath.Join(data, "artifacts", ".tmp"))
 	require.NoError(t, err)
+
+	// The CLI lists and downloads (verifying the digest).
+	var out, errOut bytes.Buffer
+	flags := []string{"--server", srv.URL(), "--token", admin}
+	code := jcli.Main(ctx, append([]string{"artifacts", run.ID}, flags...), strings.NewReader(""), &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	require.Contains(t, out.String(), "report.json")
+	require.Contains(t, out.String(), list.Artifacts[0].SHA256)
+	dst := filepath.Join(t.TempDir(), "r.json")
+	code = jcli.Main(ctx, append([]string{"artifacts", run.ID, "--download", "report.json", "-o", dst}, flags...), strings.NewReader(""), &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	b, err = os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, "package main\n", string(b))
+	errOut.Reset()
+	code = jcli.Main(ctx, append([]string{"artifacts", run.ID, "--download", "nope.txt"}, flags...), strings.NewReader(""), &out, &errOut)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut.String(), `no artifact "nope.txt"`)
 }
 
 type tlog struct{ t *testing.T }
