@@ -26,6 +26,8 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// PublicURL is the run-token issuer (the server's external URL).
 	PublicURL string
+	// GitHub enables the GitHub webhook intake (api/github.go).
+	GitHub *GitHubWebhook
 }
 
 // Handler is the HTTP API.
@@ -86,6 +88,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/runners", h.user(h.listRunners))
 	m.HandleFunc("POST /v1/runners/{id}/disable", h.user(h.setRunnerStatus(store.RunnerDisabled)))
 	m.HandleFunc("POST /v1/runners/{id}/enable", h.user(h.setRunnerStatus(store.RunnerActive)))
+	h.routesGitHub(m, cfg.GitHub)
 	return h
 }
 
@@ -268,6 +271,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	if errors.As(err, &de) {
 		p.RunID = de.RunID
 		p.Decision = de.Decision
+	}
+	var se *authn.SkewError
+	if errors.As(err, &se) {
+		p.ServerTime = se.ServerTime.Unix()
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)

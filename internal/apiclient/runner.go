@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
@@ -42,7 +43,8 @@ type RunnerClient struct {
 	// Clock stamps Jobplane-Timestamp; nil is the real clock.
 	Clock clock.Clock
 
-	mu sync.Mutex // guards Key after the first call
+	mu     sync.Mutex   // guards Key after the first call
+	offset atomic.Int64 // server clock − Clock, learnt from timestamp_skew (ns)
 }
 
 func (c *RunnerClient) key() ed25519.PrivateKey {
@@ -51,11 +53,28 @@ func (c *RunnerClient) key() ed25519.PrivateKey {
 	return c.Key
 }
 
+// now is the time to sign with: the clock corrected by what the server
+// last said of it.
 func (c *RunnerClient) now() time.Time {
+	var t time.Time
 	if c.Clock == nil {
-		return clock.Real{}.Now()
+		t = clock.Real{}.Now()
+	} else {
+		t = c.Clock.Now()
 	}
-	return c.Clock.Now()
+	return t.Add(time.Duration(c.offset.Load()))
+}
+
+// learnSkew adopts the server's clock from a timestamp_skew refusal of a
+// request signed at signed with offset off, and reports whether a retry may
+// now pass. Concurrent refusals store the same correction, never add up.
+func (c *RunnerClient) learnSkew(err error, signed, off int64) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Problem.Code != protocol.CodeTimestampSkew || ae.Problem.ServerTime == 0 {
+		return false
+	}
+	c.offset.Store(off + int64(time.Duration(ae.Problem.ServerTime-signed)*time.Second))
+	return true
 }
 
 // NewNonce returns a fresh nonce: 16 random bytes, 22 base64url characters.
@@ -67,7 +86,20 @@ func (c *RunnerClient) do(ctx context.Context, ref *AttemptRef, in, out any, seg
 	return c.doWithKey(ctx, c.key(), ref, in, out, segs...)
 }
 
+// doWithKey signs and sends; a refusal for timestamp skew that says the
+// server's time is retried once, as a new request, with corrected stamps
+// (the request was refused before it could have any effect). The worker's
+// own deadlines never use this correction: they are measured on its clock.
 func (c *RunnerClient) doWithKey(ctx context.Context, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
+	off, signed := c.offset.Load(), c.now().Unix()
+	status, err := c.doOnce(ctx, key, ref, in, out, segs...)
+	if err != nil && c.learnSkew(err, signed, off) {
+		return c.doOnce(ctx, key, ref, in, out, segs...)
+	}
+	return status, err
+}
+
+func (c *RunnerClient) doOnce(ctx context.Context, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
 	if c.RunnerID == "" || len(key) != ed25519.PrivateKeySize {
 		return 0, errors.New("runner client has no runner id or key")
 	}

@@ -171,7 +171,7 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	now := a.Clock.Now()
 	stamp := time.Unix(sec, 0)
 	if d := now.Sub(stamp); d > skew || d < -skew {
-		return nil, fmt.Errorf("timestamp %d is %s from server time: %w", sec, d.Round(time.Second), protocol.ErrTimestampSkew)
+		return nil, &SkewError{ServerTime: now, err: fmt.Errorf("timestamp %d is %s from server time: %w", sec, d.Round(time.Second), protocol.ErrTimestampSkew)}
 	}
 	// A replay is possible until its timestamp leaves the window, which is at
 	// most 2×skew after now; keep the nonce a little longer than that.
@@ -195,3 +195,15 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	}
 	return call, nil
 }
+
+// SkewError is a refusal for timestamp skew. It carries the server's time so
+// that the answer can tell a runner how far off its clock is: only a runner
+// whose signature verified gets this far, and a corrected clock changes
+// nothing about what the server accepts (its own clock decides).
+type SkewError struct {
+	ServerTime time.Time
+	err        error
+}
+
+func (e *SkewError) Error() string { return e.err.Error() }
+func (e *SkewError) Unwrap() error { return e.err }

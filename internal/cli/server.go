@@ -22,16 +22,19 @@ import (
 
 // ServerCmd runs the control plane.
 type ServerCmd struct {
-	Listen       string        `default:"127.0.0.1:7420" help:"Address to listen on."`
-	DB           string        `name:"db" help:"sqlite:PATH (default: DATA-DIR/jobplane.db) or a postgres:// URL." placeholder:"DSN"`
-	Definitions  string        `required:"" help:"Definitions repository: a local path (read in place) or a URL (file://, https://, ssh://; mirrored under DATA-DIR/mirror and fetched every --sync-interval)." placeholder:"REPO"`
-	Channel      []string      `help:"Channel to branch mapping NAME=BRANCH, or NAME=PATTERN for a pattern channel whose runs name the branch, e.g. 'sandbox=feature/*' (repeatable; default prod=main)." placeholder:"NAME=BRANCH"`
-	Protected    []string      `help:"Branch (or pattern) whose channels count as protected in policies (repeatable; default main)." placeholder:"BRANCH"`
-	SyncInterval time.Duration `name:"sync-interval" default:"30s" help:"How often to fetch the definitions repository and record catalog activations and rejections."`
-	DataDir      string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
-	PublicURL    string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
-	SourceRepo   []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
-	LogLevel     string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	Listen           string        `default:"127.0.0.1:7420" help:"Address to listen on."`
+	DB               string        `name:"db" help:"sqlite:PATH (default: DATA-DIR/jobplane.db) or a postgres:// URL." placeholder:"DSN"`
+	Definitions      string        `required:"" help:"Definitions repository: a local path (read in place) or a URL (file://, https://, ssh://; mirrored under DATA-DIR/mirror and fetched every --sync-interval)." placeholder:"REPO"`
+	Channel          []string      `help:"Channel to branch mapping NAME=BRANCH, or NAME=PATTERN for a pattern channel whose runs name the branch, e.g. 'sandbox=feature/*' (repeatable; default prod=main)." placeholder:"NAME=BRANCH"`
+	Protected        []string      `help:"Branch (or pattern) whose channels count as protected in policies (repeatable; default main)." placeholder:"BRANCH"`
+	SyncInterval     time.Duration `name:"sync-interval" default:"30s" help:"How often to fetch the definitions repository and record catalog activations and rejections."`
+	DataDir          string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
+	PublicURL        string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
+	SourceRepo       []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
+	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	GitHubAppID      int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
+	GitHubPrivateKey string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
+	GitHubAPI        string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
 }
 
 // Run starts the server and blocks until interrupted.
@@ -46,7 +49,11 @@ func (c *ServerCmd) Run(g *Globals) error {
 	}
 	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
 		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL,
-		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval, SourceRepos: repos}
+		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval, SourceRepos: repos,
+		GitHub: config.GitHubApp{AppID: c.GitHubAppID, PrivateKeyFile: c.GitHubPrivateKey, API: c.GitHubAPI,
+			WebhookSecret:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET"),
+			PreviousWebhookSecret: os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS"),
+			PreviousUntil:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS_UNTIL")}}
 	log := newLogger(g.Stderr, c.LogLevel)
 	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log})
 	if err != nil {

@@ -49,6 +49,8 @@ type Server struct {
 	PublicURL string
 	// SourceRepos maps a repository name to its URL or path (--source-repo).
 	SourceRepos map[string]string
+	// GitHub configures the GitHub App integration (config/github.go).
+	GitHub GitHubApp
 }
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)

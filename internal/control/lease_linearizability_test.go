@@ -11,11 +11,13 @@ package control
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
@@ -298,17 +301,26 @@ func lkJobs() []Spec {
 	return out
 }
 
-// recorder collects operations with stamps from one counter.
+// recorder collects operations stamped with CLOCK_MONOTONIC, which is one
+// clock for every process of the machine, so that histories recorded by
+// separate client processes merge into one real-time order.
 type recorder struct {
-	ctr atomic.Int64
 	mu  sync.Mutex
 	ops []porcupine.Operation
 }
 
+func stamp() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
 func (r *recorder) do(client int, in lkInput, f func() (lkOutput, error)) (lkOutput, error) {
-	call := r.ctr.Add(1)
+	call := stamp()
 	out, err := f()
-	ret := r.ctr.Add(1)
+	ret := stamp()
 	if err == nil {
 		r.mu.Lock()
 		r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
@@ -319,10 +331,114 @@ func (r *recorder) do(client int, in lkInput, f func() (lkOutput, error)) (lkOut
 
 func usSince(t time.Time) int64 { return t.Sub(testEpoch).Microseconds() }
 
-// lkWorkload runs clients clients × opsPer operations on e (whose planes
-// are e.a and e.b) and returns the recorded history, with reaped attempts
-// resolved to tokens. Unexpected errors fail the test.
-func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcupine.Operation {
+// lkClient is one client of the workload: it requests runs of its key's job
+// and claims them (acquire), renews, posts results (release), renews with
+// stale attempts, or walks away (the lease will expire).
+type lkClient struct {
+	id      int
+	k       lkKey
+	rn      *store.Runner
+	sv      *Service
+	actor   Actor
+	rec     *recorder
+	claimed func(attemptID string, token int64)
+}
+
+// run performs opsPer operations and returns the first unexpected error;
+// stop reports that another client failed.
+func (c *lkClient) run(ctx context.Context, opsPer int, seed uint64, stop func() bool) error {
+	rng := rand.New(rand.NewPCG(seed, uint64(c.id)))
+	var held *protocol.Assignment
+	var heldTok int64
+	var old []*protocol.Assignment
+	renew := func(asg *protocol.Assignment) (lkOutput, error) {
+		resp, err := c.sv.Renew(ctx, call(c.rn, asg))
+		if err != nil {
+			return lkOutput{}, expectedRefusal(err)
+		}
+		return lkOutput{OK: true, Exp: usSince(resp.ExpiresAt)}, nil
+	}
+	for range opsPer {
+		if stop() {
+			return nil
+		}
+		if held == nil {
+			if _, _, err := c.sv.RequestRun(ctx, c.actor, &protocol.RunRequest{Job: c.k.job, Channel: "prod"}); err != nil {
+				return fmt.Errorf("request: %w", err)
+			}
+			var asg *protocol.Assignment
+			if _, err := c.rec.do(c.id, lkInput{Kind: opAcquire, Key: c.k.name}, func() (lkOutput, error) {
+				var err error
+				asg, err = c.sv.Claim(ctx, call(c.rn, nil), &protocol.ClaimRequest{})
+				if err != nil || asg == nil {
+					return lkOutput{}, err
+				}
+				tok := tokenOf(asg, c.k.name)
+				c.claimed(asg.AttemptID, tok)
+				return lkOutput{OK: true, Token: tok, Exp: usSince(asg.Lease.ExpiresAt)}, nil
+			}); err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			if asg != nil {
+				held, heldTok = asg, tokenOf(asg, c.k.name)
+			}
+			continue
+		}
+		switch p := rng.IntN(10); {
+		case p < 4:
+			if _, err := c.rec.do(c.id, lkInput{Kind: opRenew, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) { return renew(held) }); err != nil {
+				return fmt.Errorf("renew: %w", err)
+			}
+		case p < 7: // release: the result
+			if _, err := c.rec.do(c.id, lkInput{Kind: opRelease, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) {
+				if _, err := c.sv.Result(ctx, call(c.rn, held), succeeded()); err != nil {
+					return lkOutput{}, expectedRefusal(err)
+				}
+				return lkOutput{OK: true}, nil
+			}); err != nil {
+				return fmt.Errorf("result: %w", err)
+			}
+			old = append(old, held)
+			held = nil
+		case p < 8 && len(old) > 0: // a stale renew by an earlier holder
+			o := old[rng.IntN(len(old))]
+			if _, err := c.rec.do(c.id, lkInput{Kind: opRenew, Key: c.k.name, Token: tokenOf(o, c.k.name)}, func() (lkOutput, error) { return renew(o) }); err != nil {
+				return fmt.Errorf("stale renew: %w", err)
+			}
+		default: // walk away: the lease will expire
+			old = append(old, held)
+			held = nil
+		}
+	}
+	return nil
+}
+
+// newRunner makes an active runner of the test tenant in pool.
+func newRunner(ctx context.Context, st store.Store, now time.Time, pool, name string) (*store.Runner, error) {
+	r := &store.Runner{
+		ID: id.New(id.Runner, now), Tenant: testTenant, Pool: pool, Name: name, Labels: []string{},
+		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
+		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
+	}
+	// Through a transaction, as registration does: other tests' goroutines
+	// may be writing, and an autocommit write would race BEGIN IMMEDIATE on
+	// SQLite in its busy handler.
+	return r, st.InTx(ctx, func(tx store.Tx) error { return tx.RunnerCreate(ctx, r) })
+}
+
+// lkProcs are the workload's client processes: procs copies of this test
+// binary, each running perProc clients on its own control plane over the
+// store at dsn, reading the fake time the parent publishes in a file.
+type lkProcs struct {
+	dsn            string
+	procs, perProc int
+}
+
+// lkWorkload runs clients goroutine clients (and the clients of procs, if
+// any) × opsPer operations on e (whose planes are e.a and e.b) and returns
+// the recorded history, with reaped attempts resolved to tokens.
+// Unexpected errors fail the test.
+func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64, procs *lkProcs) []porcupine.Operation {
 	t.Helper()
 	rec := &recorder{}
 	var tokens sync.Map // attempt ID -> fencing token
@@ -332,15 +448,31 @@ func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcup
 			t.Errorf(format, args...)
 		}
 	}
-	type client struct {
-		k  lkKey
-		rn *store.Runner
-		sv *Service
+	// The fake time, published for the client processes.
+	// One 8-byte write at offset 0 of a file that is never truncated: a
+	// reader sees the old time or the new one.
+	clockFile := filepath.Join(t.TempDir(), "clock")
+	cf, err := os.Create(clockFile)
+	require.NoError(t, err)
+	defer cf.Close()
+	publish := func() {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(e.clock.Now().UnixNano()))
+		if _, err := cf.WriteAt(b[:], 0); err != nil {
+			panic(err)
+		}
 	}
-	cls := make([]client, clients)
+	publish()
+	// The history starts at the current time (a fresh model's clock is 0).
+	_, _ = rec.do(clients, lkInput{Kind: opAdvance, At: usSince(e.clock.Now())}, func() (lkOutput, error) { return lkOutput{OK: true}, nil })
+
+	cls := make([]*lkClient, clients)
 	for i := range cls {
 		k := lkKeys[i%len(lkKeys)]
-		cls[i] = client{k: k, rn: e.runnerIn(k.pool, fmt.Sprintf("lk-%d", i)), sv: []*Service{e.a, e.b}[i%2]}
+		rn, err := newRunner(e.ctx(), e.store, e.clock.Now(), k.pool, fmt.Sprintf("lk-%d", i))
+		require.NoError(t, err)
+		cls[i] = &lkClient{id: i, k: k, rn: rn, sv: []*Service{e.a, e.b}[i%2], actor: e.actor, rec: rec,
+			claimed: func(a string, tok int64) { tokens.Store(a, tok) }}
 	}
 
 	type reaper struct {
@@ -358,6 +490,7 @@ func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcup
 	done := make(chan struct{})
 	var clockWG sync.WaitGroup
 	clockWG.Add(1)
+	clockID := clients + 1000
 	go func() { // the clock and the reaper
 		defer clockWG.Done()
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -368,13 +501,20 @@ func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcup
 			case <-time.After(time.Duration(1+rng.IntN(3)) * time.Millisecond):
 			}
 			if rng.IntN(2) == 0 {
+				// The Advance is inside the recorded window: every client's
+				// operation that saw the new time overlaps or follows it.
+				call := stamp()
 				e.clock.Advance(time.Second)
-				at := usSince(e.clock.Now())
-				_, _ = rec.do(clients, lkInput{Kind: opAdvance, At: at}, func() (lkOutput, error) { return lkOutput{OK: true}, nil })
+				publish()
+				in := lkInput{Kind: opAdvance, At: usSince(e.clock.Now())}
+				ret := stamp()
+				rec.mu.Lock()
+				rec.ops = append(rec.ops, porcupine.Operation{ClientId: clockID, Input: in, Call: call, Output: lkOutput{OK: true}, Return: ret})
+				rec.mu.Unlock()
 				continue
 			}
 			// The reapers run on a store that records the attempts they end.
-			_, err := rec.do(clients, lkInput{Kind: opReap}, func() (lkOutput, error) {
+			_, err := rec.do(clockID, lkInput{Kind: opReap}, func() (lkOutput, error) {
 				k := rng.IntN(2)
 				reapers[k].st.take()
 				if _, err := reapers[k].svc.Reap(e.ctx()); err != nil {
@@ -388,91 +528,46 @@ func lkWorkload(t *testing.T, e *env, clients, opsPer int, seed uint64) []porcup
 		}
 	}()
 
-	for ci := range cls {
+	for _, c := range cls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := cls[ci]
-			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
-			var held *protocol.Assignment
-			var heldTok int64
-			var old []*protocol.Assignment
-			for range opsPer {
-				if errs.Load() > 0 {
-					return
-				}
-				if held == nil {
-					if _, err := e.requestJob(c.sv, c.k.job); err != nil {
-						fail("request: %v", err)
-						return
-					}
-					var asg *protocol.Assignment
-					_, err := rec.do(ci, lkInput{Kind: opAcquire, Key: c.k.name}, func() (lkOutput, error) {
-						var err error
-						asg, err = c.sv.Claim(e.ctx(), call(c.rn, nil), &protocol.ClaimRequest{})
-						if err != nil || asg == nil {
-							return lkOutput{}, err
-						}
-						tok := tokenOf(asg, c.k.name)
-						tokens.Store(asg.AttemptID, tok)
-						return lkOutput{OK: true, Token: tok, Exp: usSince(asg.Lease.ExpiresAt)}, nil
-					})
-					if err != nil {
-						fail("claim: %v", err)
-						return
-					}
-					if asg != nil {
-						held, heldTok = asg, tokenOf(asg, c.k.name)
-					}
-					continue
-				}
-				switch p := rng.IntN(10); {
-				case p < 4: // renew
-					if _, err := rec.do(ci, lkInput{Kind: opRenew, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) {
-						resp, err := c.sv.Renew(e.ctx(), call(c.rn, held))
-						if err != nil {
-							return lkOutput{}, expectedRefusal(err)
-						}
-						return lkOutput{OK: true, Exp: usSince(resp.ExpiresAt)}, nil
-					}); err != nil {
-						fail("renew: %v", err)
-						return
-					}
-				case p < 7: // release: the result
-					if _, err := rec.do(ci, lkInput{Kind: opRelease, Key: c.k.name, Token: heldTok}, func() (lkOutput, error) {
-						_, err := c.sv.Result(e.ctx(), call(c.rn, held), succeeded())
-						if err != nil {
-							return lkOutput{}, expectedRefusal(err)
-						}
-						return lkOutput{OK: true}, nil
-					}); err != nil {
-						fail("result: %v", err)
-						return
-					}
-					old = append(old, held)
-					held = nil
-				case p < 8 && len(old) > 0: // a stale renew by an earlier holder
-					o := old[rng.IntN(len(old))]
-					if _, err := rec.do(ci, lkInput{Kind: opRenew, Key: c.k.name, Token: tokenOf(o, c.k.name)}, func() (lkOutput, error) {
-						resp, err := c.sv.Renew(e.ctx(), call(c.rn, o))
-						if err != nil {
-							return lkOutput{}, expectedRefusal(err)
-						}
-						return lkOutput{OK: true, Exp: usSince(resp.ExpiresAt)}, nil
-					}); err != nil {
-						fail("stale renew: %v", err)
-						return
-					}
-				default: // walk away: the lease will expire
-					old = append(old, held)
-					held = nil
-				}
+			if err := c.run(e.ctx(), opsPer, seed, func() bool { return errs.Load() > 0 }); err != nil {
+				fail("client %d: %v", c.id, err)
 			}
 		}()
 	}
+	var children []*lkChild
+	if procs != nil {
+		for p := range procs.procs {
+			children = append(children, startLKChild(t, procs.dsn, clockFile, clients+p*procs.perProc, procs.perProc, opsPer, seed))
+		}
+	}
 	wg.Wait()
+	for _, c := range children {
+		if err := c.wait(); err != nil {
+			fail("client process: %v", err)
+		}
+	}
 	close(done)
 	clockWG.Wait()
+	for _, c := range children {
+		if c.wait() != nil {
+			continue
+		}
+		recs, err := c.records()
+		if err != nil {
+			fail("client process output: %v", err)
+			continue
+		}
+		for _, r := range recs {
+			if r.Attempt != "" {
+				tokens.Store(r.Attempt, r.Token)
+				continue
+			}
+			rec.ops = append(rec.ops, porcupine.Operation{ClientId: r.Client, Input: r.In, Call: r.Call, Output: r.Out, Return: r.Ret})
+		}
+	}
 	require.Zero(t, errs.Load(), "unexpected errors in the workload")
 
 	// Resolve reaped attempts to tokens (their claims had returned by now).
@@ -602,34 +697,68 @@ func attemptKeyFn(t *testing.T, st store.Store) func(string) string {
 }
 
 // lkSize is the workload of one store: the default keeps the package
-// within about a minute under -race; JOBPLANE_LONG=1 is the by-hand size.
-func lkSize(backend string) (clients, opsPer int) {
+// within about a minute under -race; JOBPLANE_LONG=1 is the by-hand size,
+// as many rounds of a fresh database each, because porcupine's search grows
+// steeply with the length of one history while many short histories cost
+// only linearly (each round must still be linearizable on its own).
+func lkSize(backend string) (clients, opsPer, rounds int) {
 	switch {
 	case longRun():
-		return 12, 10000
+		return 8, 250, 40
 	case backend == "sqlite":
-		return 6, 50
+		return 4, 50, 1
 	}
-	return 9, 80
+	return 6, 80, 1
+}
+
+// lkProcSize is how many client processes join, with how many clients each.
+func lkProcSize() (procs, perProc int) {
+	if longRun() {
+		return 2, 3
+	}
+	return 2, 1
 }
 
 // TestL1_LeaseLinearizability: the history of each key is linearizable with
-// respect to the lease model, on both stores, through two control planes;
+// respect to the lease model, on both stores, through two control planes in
+// the test process and, on PostgreSQL, client processes with control planes
+// of their own (operations of all processes stamped with CLOCK_MONOTONIC);
 // plus SQL invariants at the end (no slot held twice, at most limit holds,
 // tokens below the key's counter, audit order of grants = token order).
 func TestL1_LeaseLinearizability(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b backend) {
-		t.Parallel()
-		e := newLeaseEnv(t, b.st, lkJobs()...)
-		clients, opsPer := lkSize(b.name)
-		start := time.Now()
-		ops := lkWorkload(t, e, clients, opsPer, uint64(time.Now().UnixNano()))
-		t.Logf("%s: %d operations recorded in %s", b.name, len(ops), time.Since(start).Round(time.Millisecond))
-		res := checkLeaseHistory(t, ops, attemptKeyFn(t, b.st))
-		require.Equal(t, porcupine.Ok, res, "the lease history is not linearizable")
-		checkLeaseInvariants(t, b)
-	})
+	_, _, rounds := lkSize("")
+	var total [2]atomic.Int64
+	for r := range rounds {
+		t.Run(fmt.Sprintf("round%02d", r), func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b backend) {
+				t.Parallel()
+				e := newLeaseEnv(t, b.st, lkJobs()...)
+				clients, opsPer, _ := lkSize(b.name)
+				start := time.Now()
+				// Client processes, each a control plane of its own, share
+				// PostgreSQL; SQLite is embedded in one server process by
+				// design (its write gate is in-process).
+				var procs *lkProcs
+				if b.name == "postgres" {
+					n, per := lkProcSize()
+					procs = &lkProcs{dsn: b.dsn, procs: n, perProc: per}
+				}
+				ops := lkWorkload(t, e, clients, opsPer, uint64(time.Now().UnixNano()), procs)
+				t.Logf("%s: %d operations recorded in %s", b.name, len(ops), time.Since(start).Round(time.Millisecond))
+				res := checkLeaseHistory(t, ops, attemptKeyFn(t, b.st))
+				require.Equal(t, porcupine.Ok, res, "the lease history is not linearizable")
+				checkLeaseInvariants(t, b)
+				n := total[0].Add(int64(len(ops)))
+				if b.name == "postgres" {
+					n = total[1].Add(int64(len(ops)))
+				}
+				if r == rounds-1 {
+					t.Logf("%s: %d operations checked so far", b.name, n)
+				}
+			})
+		})
+	}
 }
 
 // checkLeaseInvariants states the L1/L7 invariants in SQL and on the audit
@@ -694,7 +823,7 @@ func TestL1_BrokenVariantIsCaught(t *testing.T) {
 	t.Parallel()
 	st := testdb.Postgres(t)
 	e := newLeaseEnv(t, noHolderCheckStore{st}, lkJobs()...)
-	ops := lkWorkload(t, e, 6, 30, 7)
+	ops := lkWorkload(t, e, 6, 30, 7, nil)
 	res := checkLeaseHistory(t, ops, attemptKeyFn(t, st))
 	require.Equal(t, porcupine.Illegal, res, "porcupine must catch a claim that ignores the holder")
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -31,7 +32,13 @@ import (
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The L1 workload runs copies of this binary as client processes.
+	if os.Getenv("LK_CHILD") == "1" {
+		os.Exit(lkChildMain())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const (
 	testTenant = "tnt_reliability"
@@ -305,6 +312,7 @@ type backend struct {
 	name string
 	st   store.Store
 	raw  *sql.DB
+	dsn  string // "sqlite:PATH" or a PostgreSQL DSN, for other processes
 }
 
 // eachBackend is testdb.Each with a raw handle.
@@ -318,7 +326,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 		raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = raw.Close() })
-		fn(t, backend{"sqlite", st, raw})
+		fn(t, backend{"sqlite", st, raw, "sqlite:" + path})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testdb.PostgresDSN(t)
@@ -328,7 +336,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 		raw, err := sql.Open("pgx", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = raw.Close() })
-		fn(t, backend{"postgres", st, raw})
+		fn(t, backend{"postgres", st, raw, dsn})
 	})
 }
 

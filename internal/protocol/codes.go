@@ -13,6 +13,9 @@ type Problem struct {
 	Decision any `json:"decision,omitempty"`
 	// RunID accompanies 409 already_done and 403 denied.
 	RunID string `json:"run_id,omitempty"`
+	// ServerTime (Unix seconds) accompanies 401 timestamp_skew, so that a
+	// runner can correct the timestamps it signs.
+	ServerTime int64 `json:"server_time,omitempty"`
 }
 
 // Error codes. Each refusal the server makes has exactly one of these.

@@ -130,6 +130,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 			return nil, fmt.Errorf("create admin principal: %w", err)
 		}
 	}
+	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("github: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
@@ -141,6 +146,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,
+		GitHub:    gh.webhook,
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
@@ -174,6 +180,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.PurgeNonces(ctx)
 		return err
 	})
+	s.startGitHub(bg, gh)
 	go func() { s.serveErr <- s.http.Serve(ln) }()
 	s.log.Info("server: listening", "addr", ln.Addr().String(), "db", driverOf(cfg.DB), "channels", cfg.Channels)
 	return s, nil

@@ -349,6 +349,7 @@ type Queries interface {
 	ArtifactQueries
 	CatalogQueries
 	ScheduleQueries
+	GitHubQueries
 
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error

@@ -133,7 +133,9 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ts, err := strconv.ParseInt(sr.Timestamp, 10, 64)
 	if err != nil || ts < s.clk.Now().Unix()-60 || ts > s.clk.Now().Unix()+60 {
 		s.badRequests = append(s.badRequests, r.URL.Path+": skew")
-		problem(w, 401, protocol.CodeTimestampSkew)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(401)
+		_ = json.NewEncoder(w).Encode(protocol.Problem{Type: "about:blank", Status: 401, Code: protocol.CodeTimestampSkew, ServerTime: s.clk.Now().Unix()})
 		return
 	}
 	if s.nonces[sr.Nonce] {

@@ -1,0 +1,100 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// GitHubWebhook configures the GitHub webhook intake; without it the route
+// does not exist.
+type GitHubWebhook struct {
+	Secrets github.WebhookSecrets
+	// Clock decides whether the previous secret's overlap has ended.
+	Clock clock.Clock
+	// MaxBody is the largest body accepted (default github.MaxWebhookBody).
+	MaxBody int64
+}
+
+// GitHubWebhookResponse is the answer to an accepted delivery.
+type GitHubWebhookResponse struct {
+	Delivery string `json:"delivery"`
+	Outcome  string `json:"outcome"`
+}
+
+func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
+	if cfg == nil {
+		return
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = github.MaxWebhookBody
+	}
+	m.HandleFunc("POST /v1/github/webhook", h.githubWebhook(cfg))
+}
+
+// githubWebhook answers POST /v1/github/webhook. Order matters: the size
+// limit comes before any hashing (an unauthenticated caller must not make
+// us hash 25 MB), the signature before any header or payload is believed,
+// and only then does the service see the delivery.
+func (h *Handler) githubWebhook(cfg *GitHubWebhook) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tooLarge := fmt.Errorf("a webhook body is limited to %d bytes: %w", cfg.MaxBody, protocol.ErrTooLarge)
+		if r.ContentLength > cfg.MaxBody {
+			writeError(w, h.log, tooLarge)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, cfg.MaxBody+1))
+		if err != nil {
+			writeError(w, h.log, fmt.Errorf("read body: %w", protocol.ErrBadRequest))
+			return
+		}
+		if int64(len(body)) > cfg.MaxBody {
+			writeError(w, h.log, tooLarge)
+			return
+		}
+		if err := cfg.Secrets.Verify(body, r.Header.Get("X-Hub-Signature-256"), cfg.Clock.Now()); err != nil {
+			if errors.Is(err, github.ErrSignatureMissing) {
+				writeError(w, h.log, fmt.Errorf("X-Hub-Signature-256 is required: %w", protocol.ErrWebhookSignatureMissing))
+				return
+			}
+			writeError(w, h.log, fmt.Errorf("X-Hub-Signature-256 does not match the body: %w", protocol.ErrWebhookSignatureInvalid))
+			return
+		}
+		d := control.GitHubDelivery{ID: r.Header.Get("X-GitHub-Delivery"), Event: r.Header.Get("X-GitHub-Event"), Body: body}
+		if !validDeliveryHeader(d.ID) || !validDeliveryHeader(d.Event) {
+			writeError(w, h.log, fmt.Errorf("X-GitHub-Delivery and X-GitHub-Event are required: %w", protocol.ErrWebhookDeliveryInvalid))
+			return
+		}
+		outcome, err := h.svc.HandleGitHubDelivery(r.Context(), d)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, GitHubWebhookResponse{Delivery: d.ID, Outcome: string(outcome)})
+	}
+}
+
+// validDeliveryHeader accepts GitHub's GUIDs and event names: short, and
+// only letters, digits, '-' and '_'.
+func validDeliveryHeader(s string) bool {
+	if s == "" || len(s) > 100 {
+		return false
+	}
+	for _, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}

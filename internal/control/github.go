@@ -1,0 +1,236 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/failpoint"
+	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// GitHubActor is the built-in service principal in whose name GitHub
+// deliveries act.
+const GitHubActor = "github"
+
+// GitHubDelivery is one webhook delivery whose signature has been verified.
+type GitHubDelivery struct {
+	ID    string // X-GitHub-Delivery
+	Event string // X-GitHub-Event
+	Body  []byte
+}
+
+// GitHubOutcome says what became of a delivery.
+type GitHubOutcome string
+
+// Delivery outcomes.
+const (
+	// GitHubProcessed: the delivery's effects were committed with its record.
+	GitHubProcessed GitHubOutcome = "processed"
+	// GitHubDuplicate: the delivery had been processed before; nothing changed.
+	GitHubDuplicate GitHubOutcome = "duplicate"
+	// GitHubIgnored: an event or action jobplane does not act on; nothing
+	// was written, not even a record of the delivery.
+	GitHubIgnored GitHubOutcome = "ignored"
+)
+
+// GitHubTenantName is the name of the tenant bound to an installation.
+// Installation IDs are never reused by GitHub, and unlike account logins
+// they cannot be renamed into a collision with another tenant.
+func GitHubTenantName(installation int64) string {
+	return "github-" + strconv.FormatInt(installation, 10)
+}
+
+// HandleGitHubDelivery processes a verified delivery exactly once. The
+// delivery is recorded in the transaction that applies its effects, first,
+// so that a concurrent copy waits for this one and then finds it recorded,
+// and a delivery whose processing failed leaves no record and is processed
+// again when GitHub redelivers it.
+func (s *Service) HandleGitHubDelivery(ctx context.Context, d GitHubDelivery) (GitHubOutcome, error) {
+	apply, action, installation, err := s.githubHandler(d)
+	if err != nil || apply == nil {
+		return GitHubIgnored, err
+	}
+	outcome := GitHubProcessed
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		outcome = GitHubProcessed
+		err := tx.GitHubDeliveryRecord(ctx, &store.GitHubDelivery{ID: d.ID, Event: d.Event, Action: action,
+			InstallationID: installation, ProcessedAt: s.nowValue()})
+		if errors.Is(err, store.ErrAlreadyExists) {
+			outcome = GitHubDuplicate
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("record delivery: %w", err)
+		}
+		if err := failpoint.Inject("github.delivery.afterRecord"); err != nil {
+			return err
+		}
+		if err := apply(ctx, tx); err != nil {
+			return err
+		}
+		return failpoint.Inject("github.delivery.beforeCommit")
+	})
+	if err != nil {
+		return "", mapStoreErr(err)
+	}
+	return outcome, nil
+}
+
+type githubApply func(ctx context.Context, tx store.Tx) error
+
+// githubHandler parses a delivery and returns what to apply, or nil when
+// the event or action is one jobplane does not act on.
+func (s *Service) githubHandler(d GitHubDelivery) (apply githubApply, action string, installation int64, err error) {
+	var head struct {
+		Action string `json:"action"`
+	}
+	// Only the action is read before deciding whether to act: an event
+	// jobplane ignores is not held to the shape of one it handles.
+	_ = json.Unmarshal(d.Body, &head)
+	var status string
+	switch d.Event + "." + head.Action {
+	case "installation.created", "installation.unsuspend":
+		status = store.GitHubInstallationActive
+	case "installation.suspend":
+		status = store.GitHubInstallationSuspended
+	case "installation.deleted":
+		status = store.GitHubInstallationDeleted
+	case "installation_repositories.added", "installation_repositories.removed":
+	default:
+		return nil, "", 0, nil
+	}
+	ev, err := github.ParseInstallationEvent(d.Body)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("%s delivery %s: %s: %w", d.Event, d.ID, err.Error(), protocol.ErrWebhookDeliveryInvalid)
+	}
+	return func(ctx context.Context, tx store.Tx) error {
+		return s.applyInstallationEvent(ctx, tx, d, ev, status)
+	}, ev.Action, ev.Installation.ID, nil
+}
+
+// applyInstallationEvent maintains the tenant ↔ installation binding and
+// the installation's repositories. status is the installation's new status,
+// or "" to keep it.
+func (s *Service) applyInstallationEvent(ctx context.Context, tx store.Tx, d GitHubDelivery, ev *github.InstallationEvent, status string) error {
+	in, err := tx.GitHubInstallationGet(ctx, ev.Installation.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// The first event seen may not be "created" (a lost delivery, or an
+		// App installed before jobplane was): bind the installation now.
+		tn, err := tx.TenantEnsure(ctx, GitHubTenantName(ev.Installation.ID), s.clock.NowOrNil())
+		if err != nil {
+			return fmt.Errorf("ensure tenant: %w", err)
+		}
+		in = &store.GitHubInstallation{ID: ev.Installation.ID, Tenant: tn.ID, Status: store.GitHubInstallationActive}
+	case err != nil:
+		return err
+	}
+	if in.Status == store.GitHubInstallationDeleted {
+		// GitHub never reuses an installation ID: a late copy of an older
+		// event must not revive a deleted installation.
+		return s.audit(ctx, tx, in.Tenant, GitHubActor, "github."+d.Event+".ignored", githubSubject(in.ID),
+			map[string]any{"delivery": d.ID, "action": ev.Action, "reason": "installation deleted"})
+	}
+	prev := in.Status
+	if status != "" {
+		in.Status = status
+	}
+	in.Account = ev.Installation.Account.Login
+	in.AccountType = ev.Installation.Account.Type
+	if sel := firstNonEmpty(ev.RepositorySelection, ev.Installation.RepositorySelection); sel != "" {
+		in.RepositorySelection = sel
+	}
+	in.UpdatedAt = s.nowValue()
+	if err := tx.GitHubInstallationPut(ctx, in); err != nil {
+		return fmt.Errorf("bind installation: %w", err)
+	}
+
+	added, removed := ev.RepositoriesAdded, ev.RepositoriesRemoved
+	switch {
+	case d.Event == "installation" && ev.Action == "created":
+		// The payload lists every granted repository: it replaces the set.
+		current, err := tx.GitHubRepoList(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		keep := map[int64]bool{}
+		for _, r := range ev.Repositories {
+			keep[r.ID] = true
+		}
+		for _, r := range current {
+			if !keep[r.RepoID] {
+				removed = append(removed, github.Repository{ID: r.RepoID, FullName: r.FullName})
+			}
+		}
+		added = ev.Repositories
+	case status == store.GitHubInstallationDeleted:
+		current, err := tx.GitHubRepoList(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		for _, r := range current {
+			removed = append(removed, github.Repository{ID: r.RepoID, FullName: r.FullName})
+		}
+	}
+	for _, r := range added {
+		if err := tx.GitHubRepoPut(ctx, &store.GitHubRepo{InstallationID: in.ID, RepoID: r.ID, FullName: r.FullName,
+			Private: r.Private, AddedAt: s.nowValue()}); err != nil {
+			return fmt.Errorf("add repository %s: %w", r.FullName, err)
+		}
+	}
+	for _, r := range removed {
+		if err := tx.GitHubRepoDelete(ctx, in.ID, r.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("remove repository %s: %w", r.FullName, err)
+		}
+	}
+	return s.audit(ctx, tx, in.Tenant, GitHubActor, "github."+d.Event+"."+ev.Action, githubSubject(in.ID), map[string]any{
+		"delivery": d.ID, "account": in.Account, "status": in.Status, "previous_status": prev,
+		"repositories_added": repoNames(added), "repositories_removed": repoNames(removed), "sender": ev.Sender.Login,
+	})
+}
+
+func githubSubject(installation int64) string {
+	return "github-installation:" + strconv.FormatInt(installation, 10)
+}
+
+func repoNames(rs []github.Repository) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.FullName)
+	}
+	return out
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// GitHubDeliveryRetention is how long processed deliveries are remembered.
+// GitHub lets a delivery be redelivered for three days; a week leaves
+// margin for a redelivery of an old delivery by hand.
+const GitHubDeliveryRetention = 7 * 24 * time.Hour
+
+// PurgeGitHubDeliveries forgets deliveries processed before the retention.
+func (s *Service) PurgeGitHubDeliveries(ctx context.Context) (int, error) {
+	var n int
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		n, err = tx.GitHubDeliveryPurge(ctx, now.Add(-GitHubDeliveryRetention))
+		return err
+	})
+	return n, err
+}
