@@ -47,13 +47,13 @@ type attempt struct {
 	logs     *shipper
 	finished chan struct{}
 
-	mu          sync.Mutex
-	trust       time.Time // stop acting at this instant unless renewed
-	lost        bool      // lease gone or trust ended: send nothing more
-	reason      string    // first stop reason
-	relinquish  bool      // give the attempt back instead of a result
-	proc        *process
-	artifactIDs []string // stored artifacts, for the result
+	mu         sync.Mutex
+	trust      time.Time // stop acting at this instant unless renewed
+	lost       bool      // lease gone or trust ended: send nothing more
+	reason     string    // first stop reason
+	relinquish bool      // give the attempt back instead of a result
+	proc       *process
+	artifacts  []string // stored artifact IDs, for the result
 	// masker hides the credentials the job holds; atomic because lines are
 	// emitted with and without mu held.
 	masker atomic.Pointer[creds.Masker]
@@ -418,7 +418,7 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 
 	code, summary = exitStatus(werr)
 	a.system("jobplane: process ended: " + summary)
-	a.artifactIDs = a.uploadArtifacts(artifacts)
+	a.artifacts = a.uploadArtifacts(artifacts)
 	a.mu.Lock()
 	reason := a.reason
 	a.mu.Unlock()
@@ -511,7 +511,7 @@ func (a *attempt) finish(ctx context.Context, outcome string, code int, summary 
 		}
 		return
 	}
-	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifactIDs, RequestID: a.resultID}
+	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifacts, RequestID: a.resultID}
 	var state string
 	ok := a.call(ctx, "post result", func(c context.Context) error {
 		resp, err := a.w.rc.Result(c, a.ref, req)

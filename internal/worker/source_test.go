@@ -77,3 +77,45 @@ func TestUnpackHostileArchives(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(b))
 }
+
+// FuzzUnpack: whatever the entry names and link targets of a source
+// archive, nothing is written outside the working directory.
+func FuzzUnpack(f *testing.F) {
+	f.Add("a/b.txt", "link", "..")
+	f.Add("../x", "l", "/tmp")
+	f.Add("link/x", "link", "../..")
+	f.Add("./a", "b/../../c", "a")
+	f.Add("l/x", "l", "../outside")
+	f.Fuzz(func(t *testing.T, file, link, target string) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "ws")
+		outside := filepath.Join(parent, "outside")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(outside, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(zw)
+		if tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: link, Linkname: target}) != nil {
+			return
+		}
+		if tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: file, Size: 1, Mode: 0o644}) != nil {
+			return
+		}
+		_, _ = tw.Write([]byte("x"))
+		_ = tw.Close()
+		_ = zw.Close()
+		_, _ = unpack(&buf, dir)
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inside, _ := os.ReadDir(outside)
+		if len(entries) != 2 || len(inside) != 0 {
+			t.Fatalf("file %q, link %q -> %q wrote outside the directory: %v %v", file, link, target, entries, inside)
+		}
+	})
+}
