@@ -71,7 +71,7 @@ func (s *Service) AttemptSource(ctx context.Context, call *authn.SignedCall) (*p
 			return nil
 		}
 		expires := now.Add(s.art.ticketTTL())
-		if a.LeaseExpiresAt != nil && a.Deadline != nil && a.Deadline.Before(expires) {
+		if a.Deadline != nil && a.Deadline.Before(expires) {
 			expires = *a.Deadline
 		}
 		t := &store.SourceTicket{Digest: protocol.SHA256Hex([]byte(ticket)), Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID,
@@ -107,7 +107,10 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 			return err
 		}
 		if err := s.checkLive(ctx, tx, t.AttemptID, t.LeaseDigest); err != nil {
-			return fmt.Errorf("the source ticket's attempt no longer holds its lease (%s): %w", err.Error(), protocol.ErrTicketExpired)
+			if errors.As(err, new(*protocol.Error)) {
+				return fmt.Errorf("the source ticket's attempt no longer holds its lease (%s): %w", err.Error(), protocol.ErrTicketExpired)
+			}
+			return err
 		}
 		return s.audit(ctx, tx, t.Tenant, "attempt:"+t.AttemptID, "source.redeemed", t.RunID,
 			map[string]any{"attempt": t.AttemptID, "repo": t.Repo, "commit": t.Commit})
