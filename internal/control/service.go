@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -117,6 +118,8 @@ type Config struct {
 	Broker *connector.Broker
 	// Artifacts configures artifact storage and source tickets.
 	Artifacts ArtifactConfig
+	// Metrics receives measurements (internal/metrics); nil records nothing.
+	Metrics Observer
 }
 
 // Service is the run service.
@@ -131,6 +134,7 @@ type Service struct {
 	creds  *Credentials
 	broker *connector.Broker
 	art    ArtifactConfig
+	obs    Observer
 }
 
 // New returns a Service.
@@ -151,7 +155,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts, obs: observerOrNop(cfg.Metrics)}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is
@@ -182,10 +186,10 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 		}
 		raw = b
 	}
-	if err := tx.AuditAppend(ctx, &store.AuditEvent{Tenant: tenant, Actor: actor, Action: action, Subject: subject, Details: raw, At: s.nowValue()}); err != nil {
+	if err := tx.AuditAppend(ctx, auditEvent(tenant, actor, action, subject, raw, s.nowValue())); err != nil {
 		return fmt.Errorf("append audit event: %w", err)
 	}
-	return nil
+	return failpoint.Inject("audit.afterInsertBeforeCommit")
 }
 
 // nowValue is the fake time in tests and the zero time (store picks database
