@@ -128,6 +128,9 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		return nil, false, err
 	}
+	if err := s.pinSource(&spec, ref); err != nil {
+		return nil, false, err
+	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return nil, false, err
@@ -147,7 +150,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	default:
 		run.State = store.RunQueued
 	}
-	err = s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.commits.do(ctx, func(tx store.Tx) error {
 		t, err := tx.Now(ctx, s.clock.NowOrNil())
 		if err != nil {
 			return err

@@ -116,22 +116,30 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// CommitBatch bounds the calls that share one group transaction
+	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
+	CommitBatch int
+	// Artifacts configures artifact storage and source tickets.
+	Artifacts ArtifactConfig
 	// Metrics receives measurements (internal/metrics); nil records nothing.
 	Metrics Observer
 }
 
 // Service is the run service.
 type Service struct {
-	store  store.Store
-	clock  clock.Clock
-	defs   Definitions
-	log    *slog.Logger
-	apiURL string
-	batch  int
-	appTTL time.Duration
-	creds  *Credentials
-	broker *connector.Broker
-	obs    Observer
+	store   store.Store
+	clock   clock.Clock
+	defs    Definitions
+	log     *slog.Logger
+	apiURL  string
+	batch   int
+	appTTL  time.Duration
+	creds   *Credentials
+	broker  *connector.Broker
+	art     ArtifactConfig
+	obs     Observer
+	commits *committer
+	lines   claimLines
 }
 
 // New returns a Service.
@@ -152,7 +160,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, obs: observerOrNop(cfg.Metrics)}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
+		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch)}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

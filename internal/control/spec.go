@@ -6,6 +6,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Spec is the part of a job definition a run executes, pinned on the run at
@@ -26,6 +27,9 @@ type Spec struct {
 	Connectors map[string]SpecConnector `json:"connectors,omitempty"`
 	// Leases are the job's lease key templates.
 	Leases []lease.Template `json:"leases,omitempty"`
+	// Artifacts the job declares, and the code it runs in (pinned at request time).
+	Artifacts []protocol.ArtifactSpec `json:"artifacts,omitempty"`
+	Source    *SpecSource             `json:"source,omitempty"`
 }
 
 // SpecConnector is one connector a job declares.

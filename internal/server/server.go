@@ -52,6 +52,8 @@ type Options struct {
 	ReapInterval time.Duration
 	// SealInterval (audit chain sealing) defaults to one second.
 	SealInterval time.Duration
+	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
+	CommitBatch int
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -114,9 +116,15 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
+	arts, sources, err := openArtifacts(cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Artifacts: arts, Metrics: mets,
+		CommitBatch: opts.CommitBatch})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -148,7 +156,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	h := api.New(api.Config{
 		Control:   svc,
-		Auth:      &authn.Authenticator{Store: st, Clock: opts.Clock},
+		Auth:      &authn.Authenticator{Store: svc.AuthStore(), Clock: opts.Clock},
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,
@@ -171,6 +179,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return err
 	})
 	s.loop(bg, "catalog sync", cfg.SyncInterval, svc.RefreshCatalogs)
+	if sources != nil {
+		s.loop(bg, "source sync", cfg.SyncInterval, sources.Sync)
+	}
 	s.loop(bg, "scheduler", control.ScheduleInterval, func(ctx context.Context) error {
 		_, err := svc.FireSchedules(ctx)
 		return err

@@ -171,10 +171,12 @@ func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*sto
 	return out, interpretError(rows.Err())
 }
 
-// AttemptClaim locks the chosen row in a CTE and updates exactly it; the CTE
-// shape (not IN (SELECT … LIMIT …)) guarantees at most one row (bug #15715).
-func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
-	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now),
+// ClaimQuery claims the oldest eligible attempt of a scope. It locks the
+// chosen row in a CTE and updates exactly it; the CTE shape (not IN (SELECT …
+// LIMIT …)) guarantees at most one row (bug #15715). Parameters: $1 fake now
+// or NULL, $2 runner, $3 lease digest, $4 claim request id, $5 tenant, $6
+// pool, $7 runner labels. Exported for `jobplane bench --explain`.
+var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 		c AS (
 			SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
@@ -188,7 +190,10 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 			lease_expires_at = n.now + LEAST(attempts.lease_ttl_us, attempts.timeout_us) * interval '1 microsecond'
 		FROM c, n
 		WHERE attempts.id = c.id AND attempts.state = 'queued'
-		RETURNING `+attemptColsQ,
+		RETURNING ` + attemptColsQ
+
+func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRow(ctx, ClaimQuery,
 		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels)))
 }
 
@@ -239,6 +244,16 @@ func (q *queries) AttemptListLeasedByRunner(ctx context.Context, runnerID string
 
 // AttemptRenew re-checks state, digest and expiry in the UPDATE itself, so a
 // renewal racing the reaper either wins entirely or matches nothing.
+// holdsIntact: the attempt still holds every lease key of its run, unless
+// the run is being cancelled (a break-glass release drops the holds and asks
+// the run to stop: its renewals go on answering cancel_requested). A hold
+// purged by another acquirer means the lease was lost, whatever the clock
+// of this renewal says: a renewal stamped earlier than the takeover (a
+// clock that went back) must not revive it.
+const holdsIntact = `EXISTS (SELECT 1 FROM runs r WHERE r.id = attempts.run_id AND (r.cancel_requested
+	OR (CASE WHEN jsonb_typeof(r.lease_keys) = 'array' THEN jsonb_array_length(r.lease_keys) ELSE 0 END)
+		= (SELECT count(*) FROM leases l WHERE l.attempt_id = attempts.id)))`
+
 func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams) (*store.Attempt, error) {
 	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now)
 		UPDATE attempts SET
@@ -246,7 +261,7 @@ func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams)
 			heartbeat_at = n.now
 		FROM n
 		WHERE attempts.id = $2 AND attempts.state = 'leased' AND attempts.lease_digest = $3
-			AND attempts.lease_expires_at > n.now
+			AND attempts.lease_expires_at > n.now AND `+holdsIntact+`
 		RETURNING `+attemptColsQ, p.Now, p.ID, p.LeaseDigest))
 }
 
