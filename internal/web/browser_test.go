@@ -245,6 +245,8 @@ func TestBrowserRequestRunWatchLog(t *testing.T) {
 		waitJS(`document.querySelector("#log").dataset.ended === "true"`),
 		waitJS(`document.querySelector("#run-state").textContent === "succeeded"`),
 		waitJS(`document.querySelector("#timeline").textContent.includes("claimed") && document.querySelector("#timeline").textContent.includes("attempt 1 succeeded")`),
+		// The artifacts, with their digests and download links.
+		waitJS(`document.querySelector('#artifacts a[href$="/artifacts/report.txt"]') && /^[0-9a-f]{64}$/.test(document.querySelector("#artifacts code.digest").textContent)`),
 	)
 	// Every line once, in order, across the reconnect.
 	require.True(t, b.eval(tab, `(() => { const ids = [...document.querySelectorAll("#log li")].map(li => +li.dataset.id);

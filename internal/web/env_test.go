@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -49,10 +50,13 @@ params:
     times: {type: integer, default: 1, minimum: 1, maximum: 5}
     tone: {type: string, enum: [calm, loud], default: calm}
 run:
-  command: [sh, -c, 'echo "hello $JOBPLANE_PARAM_WHO"; echo "<script>document.title=\"pwned\"</script><img src=x onerror=alert(1)>"; echo "to stderr" >&2; while [ ! -f "$GATE" ]; do sleep 0.05; done; echo "finished $JOBPLANE_PARAM_WHO"']
+  command: [sh, -c, 'echo "hello $JOBPLANE_PARAM_WHO"; echo "<script>document.title=\"pwned\"</script><img src=x onerror=alert(1)>"; echo "to stderr" >&2; while [ ! -f "$GATE" ]; do sleep 0.05; done; echo "finished $JOBPLANE_PARAM_WHO"; printf "report for %s\n" "$JOBPLANE_PARAM_WHO" > "$JOBPLANE_ARTIFACTS_DIR/report.txt"; printf "<script>alert(1)</script>" > "$JOBPLANE_ARTIFACTS_DIR/page.html"']
   env: {GATE: ` + filepath.Join(gates, "greet") + `}
   timeout: 5m
   lease_ttl: 10s
+artifacts:
+  - {name: report.txt, role: report}
+  - {name: page.html, role: preview}
 `,
 		"jobs/deploy.yaml": `name: deploy
 description: Needs a lead's approval
@@ -130,8 +134,14 @@ func newEnvDB(t *testing.T, dsn string) *env {
 	_, err := gitsync.InitRepo(repo, "main", definitions(gates), "init")
 	require.NoError(t, err)
 	ctx := context.Background()
+	// A port chosen up front, so that the public URL (upload links, run
+	// token issuer) names it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
 	srv, err := server.Start(ctx, config.Server{
-		Listen: "127.0.0.1:0", DB: dsn, Definitions: repo,
+		Listen: addr, PublicURL: "http://" + addr, DB: dsn, Definitions: repo,
 		Channels: map[string]string{"prod": "main"}, DataDir: filepath.Join(dir, "data"), AdminToken: adminToken,
 	}, server.Options{Logger: slog.New(slog.DiscardHandler), ReapInterval: 200 * time.Millisecond})
 	require.NoError(t, err)

@@ -49,6 +49,7 @@ func (h *Handler) funcs() template.FuncMap {
 		"hasPrefix":  strings.HasPrefix,
 		"trimPrefix": strings.TrimPrefix,
 		"str":        func(v any) string { return fmt.Sprint(v) },
+		"bytes":      humanBytes,
 	}
 }
 
@@ -69,4 +70,14 @@ func humanDuration(d time.Duration) string {
 	}
 	days := int(d / (24 * time.Hour))
 	return fmt.Sprintf("%dd%dh", days, int((d-time.Duration(days)*24*time.Hour)/time.Hour))
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }

@@ -95,6 +95,7 @@ type runData struct {
 	// History is the run's audit trail: every change, who made it, in
 	// commit order.
 	History    []control.TimelineEntry
+	Artifacts  []protocol.Artifact
 	CanCancel  bool
 	CanApprove bool
 	// ApproveNote says why the principal cannot approve, when the run waits.
@@ -150,6 +151,9 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 	}
 	d.Timeline = timeline(v)
 	d.History = v.Timeline
+	if d.Artifacts, err = h.svc.RunArtifacts(r.Context(), s.Actor, run.ID); err != nil {
+		return nil, err
+	}
 	d.CanCancel = !d.Terminal && (run.Actor == s.Actor.Name || s.Actor.Admin)
 	if run.State == store.RunPendingApproval {
 		d.CanApprove, d.ApproveNote = mayApprove(s.Actor, run, d.Decision, v.Approvals)

@@ -74,6 +74,7 @@ func New(cfg Config) *Handler {
 	h.post(m, "/signout", h.signout)
 	h.routesRuns(m)
 	h.routesPages(m)
+	h.routesArtifacts(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, nil, fmt.Errorf("no page %s: %w", r.URL.Path, protocol.ErrNotFound))
 	})
