@@ -55,6 +55,7 @@ type Job struct {
 	Connectors map[string]string `json:"connectors,omitempty"`
 	Artifacts  []Artifact        `json:"artifacts,omitempty"`
 	Schedule   *Schedule         `json:"schedule,omitempty"`
+	On         *On               `json:"on,omitempty"`
 
 	schema   *jsonschema.Schema
 	defaults map[string]any
@@ -182,6 +183,7 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 		},
 		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },
 		"schedule":  func(v ast.Node, f string) { scheduleNode = v },
+		"on":        func(v ast.Node, f string) { j.parseOn(d, v, f) },
 	})
 	if !ok {
 		return
