@@ -79,6 +79,8 @@ type Decision struct {
 	Approval *ApprovalRequirement `json:"approval,omitempty"`
 	// Grants are the connector access levels of the chosen rule.
 	Grants map[string]string `json:"grants,omitempty"`
+	// ForksFull: the chosen rule lifts safe mode (forks: full).
+	ForksFull bool `json:"forks_full,omitempty"`
 	// Detail is the policy engine's full decision: every rule considered
 	// and why it matched or not.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -115,6 +117,8 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// GitHub configures pull-request runs (nil: none).
+	GitHub *GitHubRuns
 }
 
 // Service is the run service.
@@ -128,6 +132,7 @@ type Service struct {
 	appTTL time.Duration
 	creds  *Credentials
 	broker *connector.Broker
+	gh     *GitHubRuns
 }
 
 // New returns a Service.
@@ -148,7 +153,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, gh: cfg.GitHub}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

@@ -99,13 +99,19 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, fmt.Errorf("server key: %w", err)
 	}
+	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("github: %w", err)
+	}
 	tokens, err := control.NewCredentials(ctx, st, box, opts.Clock, cfg.PublicURL)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box)})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box),
+		GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -124,11 +130,6 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 			st.Close()
 			return nil, fmt.Errorf("create admin principal: %w", err)
 		}
-	}
-	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("github: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
