@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,5 +54,32 @@ func TestPullRequestTriggerErrors(t *testing.T) {
 			require.Contains(t, e.Message, tt.msg)
 			require.Equal(t, [2]int{tt.line, tt.col}, [2]int{e.Line, e.Column}, "%v", e)
 		})
+	}
+}
+
+func TestRuleForks(t *testing.T) {
+	t.Parallel()
+	const groups = "groups: {}\n"
+	c := mustParse(t, files("jobs/hello.yaml", minimalJob, "groups.yaml", groups,
+		"policies/p.yaml", "rules:\n  - id: forks\n    jobs: [hello]\n    users: [github]\n    forks: full\n"))
+	d := c.Decide(Request{Job: "hello", Channel: "prod", Actor: "github"})
+	require.True(t, d.Allowed)
+	require.True(t, d.ForksFull)
+	require.Contains(t, d.Explanation, "forks: full")
+
+	c = mustParse(t, files("jobs/hello.yaml", minimalJob, "groups.yaml", groups,
+		"policies/p.yaml", "rules:\n  - id: plain\n    jobs: [hello]\n    users: [github]\n"))
+	require.False(t, c.Decide(Request{Job: "hello", Channel: "prod", Actor: "github"}).ForksFull)
+
+	for _, tt := range []struct{ rule, msg string }{
+		{"  - id: x\n    jobs: [hello]\n    users: [github]\n    forks: open\n", `must be safe or full, got "open"`},
+		{"  - id: x\n    effect: deny\n    jobs: [hello]\n    users: [github]\n    forks: full\n", "a deny rule cannot lift safe mode"},
+	} {
+		_, errs := Parse(files("jobs/hello.yaml", minimalJob, "groups.yaml", groups, "policies/p.yaml", "rules:\n"+tt.rule))
+		require.Len(t, errs, 1, "%v", errs)
+		require.Equal(t, "policies/p.yaml", errs[0].File)
+		require.Equal(t, "rules[0].forks", errs[0].Field)
+		require.Equal(t, 1+strings.Count(tt.rule, "\n"), errs[0].Line, "forks is the rule's last line")
+		require.Contains(t, errs[0].Message, tt.msg)
 	}
 }
