@@ -92,20 +92,44 @@ func (s *Service) githubChannel() string {
 // checkInstallation refuses a tenant whose GitHub installation is suspended
 // or deleted; tenants without one are not GitHub tenants.
 func (s *Service) checkInstallation(ctx context.Context, tenant string) error {
+	_, err := s.activeInstallation(ctx, tenant)
+	return err
+}
+
+// activeInstallation returns the tenant's installation (nil for a tenant
+// that is not a GitHub tenant), refusing a suspended or deleted one.
+func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
 	in, err := s.store.GitHubInstallationGetByTenant(ctx, tenant)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil
+		return nil, nil
 	case err != nil:
-		return mapStoreErr(err)
+		return nil, mapStoreErr(err)
 	}
 	switch in.Status {
 	case store.GitHubInstallationSuspended:
-		return fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
+		return nil, fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
 	case store.GitHubInstallationDeleted:
-		return fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+		return nil, fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
 	}
-	return nil
+	return in, nil
+}
+
+// tenantCatalog is the catalog a GitHub tenant's API requests use: its
+// .jobplane definitions, under the GitHub channel only; nil when the tenant
+// has none (the channel's catalog applies).
+func (s *Service) tenantCatalog(ctx context.Context, in *store.GitHubInstallation, channel string) (Catalog, error) {
+	if in == nil || s.gh == nil || s.gh.Catalogs == nil {
+		return nil, nil
+	}
+	cat, err := s.gh.Catalogs.TenantCatalog(ctx, in)
+	if err != nil || cat == nil {
+		return nil, err
+	}
+	if channel != s.githubChannel() {
+		return nil, fmt.Errorf("channel %q: the definitions of %s/.jobplane serve only channel %s: %w", channel, in.Account, s.githubChannel(), protocol.ErrUnknownChannel)
+	}
+	return cat, nil
 }
 
 // openRunCheck opens the Check Run of a GitHub run in its request

@@ -433,3 +433,59 @@ func TestQueuedRunExplainsMissingRunner(t *testing.T) {
 		require.Empty(t, v.Run.WaitingFor, "an eligible runner is online")
 	})
 }
+
+// stubCatalogs gives some installations their own definitions.
+type stubCatalogs map[int64]control.Catalog
+
+func (s stubCatalogs) TenantCatalog(_ context.Context, in *store.GitHubInstallation) (control.Catalog, error) {
+	return s[in.ID], nil
+}
+
+func TestTenantDefinitionsReplaceTheServers(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		repo := t.TempDir()
+		_, err := gitsync.InitRepo(repo, "main", map[string]string{
+			"jobs/own.yaml":   "name: own\nrun:\n  command: [\"true\"]\non: {pull_request: {types: [opened]}}\n",
+			"groups.yaml":     "groups: {}\n",
+			"policies/p.yaml": "rules:\n  - id: any\n    jobs: [\"*\"]\n    users: [github, alice]\n",
+		}, "tenant definitions")
+		require.NoError(t, err)
+		defs, err := server.OpenDefinitions(repo, map[string]string{"prod": "main"})
+		require.NoError(t, err)
+		own, err := defs.Resolve(context.Background(), "prod", "")
+		require.NoError(t, err)
+
+		e := newPREnv(t, st)
+		e.svc, err = control.New(control.Config{Store: st, Clock: e.clock, Definitions: serverDefs(t, e),
+			GitHub: &control.GitHubRuns{Catalogs: stubCatalogs{1: own}}})
+		require.NoError(t, err)
+		e.deliver(e.pr(1, "acme/app", "opened", nil))
+		runs := e.runs(1)
+		require.Len(t, runs, 1)
+		require.Equal(t, "own", runs[0].Run.Job)
+		require.Equal(t, own.Commit(), runs[0].Run.Commit, "pinned to the tenant's definitions commit")
+		e.deliver(e.pr(2, "globex/svc", "opened", nil))
+		require.Len(t, e.runs(2), 2, "the other tenant keeps the server's definitions (ci, preview)")
+
+		alice := control.Actor{TenantID: e.tenant(1), Name: "alice", Kind: "user"}
+		v, _, err := e.svc.RequestRun(context.Background(), alice, &protocol.RunRequest{Job: "own", Channel: "prod"})
+		require.NoError(t, err)
+		require.Equal(t, own.Commit(), v.Run.Commit)
+		_, _, err = e.svc.RequestRun(context.Background(), alice, &protocol.RunRequest{Job: "nightly", Channel: "prod"})
+		require.ErrorIs(t, err, protocol.ErrUnknownJob, "the server's jobs are not the tenant's")
+		_, _, err = e.svc.RequestRun(context.Background(), alice, &protocol.RunRequest{Job: "own", Channel: "staging"})
+		require.ErrorIs(t, err, protocol.ErrUnknownChannel)
+	})
+}
+
+// serverDefs reopens the server's definitions of a prEnv.
+func serverDefs(t *testing.T, _ *prEnv) control.Definitions {
+	t.Helper()
+	repo := t.TempDir()
+	_, err := gitsync.InitRepo(repo, "main", prDefinitions, "init")
+	require.NoError(t, err)
+	defs, err := server.OpenDefinitions(repo, map[string]string{"prod": "main"})
+	require.NoError(t, err)
+	return defs
+}

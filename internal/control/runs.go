@@ -74,10 +74,16 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 			return v, false, err
 		}
 	}
-	if err := s.checkInstallation(ctx, actor.TenantID); err != nil {
+	inst, err := s.activeInstallation(ctx, actor.TenantID)
+	if err != nil {
 		return nil, false, err
 	}
 	cat := origin.Catalog
+	if cat == nil {
+		if cat, err = s.tenantCatalog(ctx, inst, req.Channel); err != nil {
+			return nil, false, err
+		}
+	}
 	if cat == nil {
 		if s.defs == nil {
 			return nil, false, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
