@@ -489,3 +489,29 @@ func serverDefs(t *testing.T, _ *prEnv) control.Definitions {
 	require.NoError(t, err)
 	return defs
 }
+
+func TestPullRequestDeniedRunFailsItsCheck(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newPREnv(t, st)
+		require.Equal(t, control.GitHubProcessed, e.deliver(e.pr(2, "globex/svc", "opened", nil)))
+		var preview *store.Run
+		for _, v := range e.runs(2) {
+			if v.Run.Job == "preview" {
+				preview = v.Run
+			}
+		}
+		require.NotNil(t, preview)
+		require.Equal(t, store.RunDenied, preview.State, "preview-trusted allows acme/app only")
+		e.dispatch()
+		for _, cr := range e.fake.CheckRuns("globex/svc") {
+			if cr.ExternalID == preview.ID {
+				require.Equal(t, github.CheckCompleted, cr.Status)
+				require.Equal(t, github.ConclusionFailure, cr.Conclusion)
+				require.Equal(t, "Denied by policy", cr.Output.Title)
+				return
+			}
+		}
+		t.Fatal("no Check Run for the denied run")
+	})
+}
