@@ -515,3 +515,53 @@ func TestPullRequestDeniedRunFailsItsCheck(t *testing.T) {
 		t.Fatal("no Check Run for the denied run")
 	})
 }
+
+// TestPullRequestConcurrentCopies: copies of one delivery processed at once
+// (GitHub's redelivery racing the original, two replicas) request each
+// job's run and open its Check Run exactly once.
+func TestPullRequestConcurrentCopies(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newPREnv(t, st)
+		d := e.pr(1, "acme/app", "opened", nil)
+		other, err := control.New(control.Config{Store: st, Clock: e.clock, Definitions: serverDefs(t, e), GitHub: &control.GitHubRuns{}})
+		require.NoError(t, err)
+		const copies = 8
+		errs := make(chan error, copies)
+		outcomes := make(chan control.GitHubOutcome, copies)
+		for i := range copies {
+			svc := e.svc
+			if i%2 == 1 {
+				svc = other
+			}
+			go func() {
+				out, err := svc.HandleGitHubDelivery(context.Background(), control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+				outcomes <- out
+				errs <- err
+			}()
+		}
+		processed := 0
+		for range copies {
+			err := <-errs
+			if err != nil {
+				// A copy that lost a race may be told to retry; GitHub's
+				// redelivery (or another copy) completes the delivery.
+				require.ErrorIs(t, err, protocol.ErrRetry)
+			}
+			if <-outcomes == control.GitHubProcessed {
+				processed++
+			}
+		}
+		require.Equal(t, 1, processed, "the delivery is recorded once")
+		require.Equal(t, control.GitHubDuplicate, e.deliver(d))
+		runs := e.runs(1)
+		require.Len(t, runs, 2, "one run per matching job")
+		for _, v := range runs {
+			ups, err := st.GitHubCheckUpdateList(context.Background(), v.Run.ID)
+			require.NoError(t, err)
+			require.Len(t, ups, 1, "one Check Run opened per run")
+		}
+		e.dispatch()
+		require.Len(t, e.fake.CheckRuns("acme/app"), 2)
+	})
+}
