@@ -105,8 +105,11 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 
 		// A self-hosted runner of acme for another repository polls first:
 		// it must get neither acme/api's run nor globex's.
-		outsider := startWorker(t, s, "acme-self-hosted", t.TempDir(),
-			regToken(21, protocol.RegistrationTokenRequest{SelfHosted: true, AllowedRepos: []string{"acme/other"}, TTLSeconds: 600}))
+		// (Its token comes from the CLI an operator would use.)
+		stdout, stderr, code := runCLI(t, s, "runners", "token", "create", "--installation", "21", "--self-hosted",
+			"--allowed-repo", "acme/other", "--ttl", "10m")
+		require.Zero(t, code, stderr)
+		outsider := startWorker(t, s, "acme-self-hosted", t.TempDir(), strings.TrimSpace(stdout))
 
 		dA := fakegithub.NewDelivery("pull_request", fake.PullRequestPayload(fakegithub.PullRequest{Installation: 21, Repo: "acme/api", Number: 1, Action: "opened", HeadSHA: shaA}))
 		dB := fakegithub.NewDelivery("pull_request", fake.PullRequestPayload(fakegithub.PullRequest{Installation: 22, Repo: "globex/svc", Number: 5, Action: "opened", HeadSHA: shaB}))
