@@ -27,8 +27,10 @@ import (
 // prJob is a job requested by pull requests that records what it ran on and
 // dumps its environment, so that the test can look for credentials in it.
 func prJob(name, dir string) string {
-	script, _ := json.Marshal(fmt.Sprintf(`sleep 2; echo "$JOBPLANE_RUN_ID %s $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA" >> %s; env >> %s`,
-		name, filepath.Join(dir, "ran"), filepath.Join(dir, "env")))
+	// It holds until the test has seen its Check Run in progress (the file
+	// "release"), so that no state can be coalesced away by timing.
+	script, _ := json.Marshal(fmt.Sprintf(`while [ ! -f %s ]; do sleep 0.1; done; echo "$JOBPLANE_RUN_ID %s $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA" >> %s; env >> %s`,
+		filepath.Join(dir, "release"), name, filepath.Join(dir, "ran"), filepath.Join(dir, "env")))
 	return fmt.Sprintf("name: %s\nrun:\n  command: [sh, -c, %s]\n  timeout: 2m\non:\n  pull_request: {types: [opened, synchronize]}\n", name, script)
 }
 
@@ -132,6 +134,12 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 		workers := []*worker{outsider,
 			startWorker(t, s, "acme-managed", t.TempDir(), regToken(21, protocol.RegistrationTokenRequest{TTLSeconds: 600})),
 			startWorker(t, s, "globex-managed", t.TempDir(), regToken(22, protocol.RegistrationTokenRequest{TTLSeconds: 600}))}
+		eventually(t, 60*time.Second, "both Check Runs in progress", func() (bool, string) {
+			a, okA := checkOf("acme/api")
+			b, okB := checkOf("globex/svc")
+			return okA && okB && a.Status == github.CheckInProgress && b.Status == github.CheckInProgress, fmt.Sprintf("%+v %+v", a, b)
+		})
+		require.NoError(t, os.WriteFile(filepath.Join(effects, "release"), nil, 0o600))
 		eventually(t, 60*time.Second, "both Check Runs completed", func() (bool, string) {
 			a, okA := checkOf("acme/api")
 			b, okB := checkOf("globex/svc")
