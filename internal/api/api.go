@@ -56,6 +56,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /v1/run/connectors", h.job(h.runConnectors))
 	m.HandleFunc("PUT /v1/secrets/{name}", h.user(h.setSecret))
 	m.HandleFunc("GET /v1/audit", h.user(h.listAudit))
+	h.routesAudit(m)
 	m.HandleFunc("GET /v1/leases", h.user(h.listLeases))
 	m.HandleFunc("GET /v1/leases/{key}", h.user(h.showLease))
 	m.HandleFunc("POST /v1/leases/{key}/release", h.user(h.releaseLease))

@@ -21,6 +21,7 @@ func runJSON(v *control.RunView) protocol.Run {
 		Attempts: []protocol.Attempt{}, Approvals: []protocol.Approval{},
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
 	}
+	out.Timeline = timelineJSON(v.Timeline)
 	for _, a := range v.Approvals {
 		out.Approvals = append(out.Approvals, protocol.Approval{Approver: a.Approver, Verdict: a.Verdict, Comment: a.Comment, At: a.At.UTC()})
 	}

@@ -80,28 +80,3 @@ func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor contro
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
-
-func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor control.Actor) {
-	after, err := queryInt(r, "after")
-	if err != nil {
-		writeError(w, h.log, err)
-		return
-	}
-	limit, err := queryInt(r, "limit")
-	if err != nil {
-		writeError(w, h.log, err)
-		return
-	}
-	events, err := h.svc.ListAudit(r.Context(), actor, after, int(limit))
-	if err != nil {
-		writeError(w, h.log, err)
-		return
-	}
-	out := protocol.AuditList{Events: []protocol.AuditEvent{}}
-	for _, e := range events {
-		out.Events = append(out.Events, protocol.AuditEvent{Seq: e.Seq, At: e.At.UTC(), Actor: e.Actor, Action: e.Action,
-			Subject: e.Subject, Details: e.Details})
-		out.Next = e.Seq
-	}
-	writeJSON(w, http.StatusOK, out)
-}

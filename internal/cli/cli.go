@@ -61,6 +61,7 @@ type cliRoot struct {
 	Validate   ValidateCmd   `cmd:"" help:"Validate a definitions repository (a directory on disk or a revision) and run its policy tests."`
 	Diff       DiffCmd       `cmd:"" help:"Show who gains or loses the right to run which job between two revisions."`
 	Secrets    SecretsCmd    `cmd:"" help:"Manage secrets (admin)."`
+	Audit      AuditCmd      `cmd:"" help:"Read, export (--json) or verify the audit log (admin)."`
 	Admin      AdminCmd      `cmd:"" help:"Administrative verbs."`
 	Bench      BenchCmd      `cmd:"" help:"Measure request and claim+result throughput of no-op runs."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`

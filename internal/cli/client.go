@@ -224,6 +224,7 @@ func (c *RunsShowCmd) Run(g *Globals) error {
 			fmt.Fprintln(w)
 		}
 	}
+	printTimeline(w, r.Timeline)
 	return nil
 }
 

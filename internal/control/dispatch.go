@@ -61,6 +61,7 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 		}
 	}
 	rec.Dispatch = &dispatch
+	s.observeDecision("dispatch", dispatch)
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return false, err

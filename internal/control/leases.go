@@ -82,7 +82,7 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 		r.WaitingFor = ""
 		for _, h := range held {
 			if err := s.audit(ctx, tx, r.Tenant, "system:leases", "lease.acquired", r.ID, map[string]any{
-				"key": h.Key, "slot": h.Slot, "fencing_token": h.FencingToken, "attempt": a.ID}); err != nil {
+				"key": h.Key, "slot": h.Slot, "fencing_token": h.FencingToken, "attempt": a.ID, "holder": holder(a)}); err != nil {
 				return nil, false, err
 			}
 		}
@@ -129,7 +129,7 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 		return err
 	}
 	return s.audit(ctx, tx, r.Tenant, "system:leases", "lease.released", r.ID, map[string]any{
-		"keys": released, "attempt": a.ID, "attempt_state": a.State})
+		"keys": released, "attempt": a.ID, "attempt_state": a.State, "holder": holder(a), "reason": "attempt " + string(a.State)})
 }
 
 // LeaseView is a key's holders and waiters.

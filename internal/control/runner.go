@@ -176,6 +176,7 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 
 func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string) (asg *protocol.Assignment, revoked bool, err error) {
 	token := id.Secret(32)
+	var claimed *store.Attempt
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		asg, revoked = nil, false
 		a, err := tx.AttemptClaim(ctx, &store.AttemptClaimParams{
@@ -219,7 +220,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
 			return err
 		}
-		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt}); err != nil {
+		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
 			return err
 		}
 		asg, err = s.assignment(r, a, token)
@@ -227,6 +228,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			return err
 		}
 		asg.Leases = fencedKeys(held)
+		claimed = a
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
@@ -236,6 +238,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		return nil, false, err
 	}
 	if asg != nil {
+		s.observeClaim(claimed)
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
 	}
 	return asg, revoked, nil
@@ -550,7 +553,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 	if err != nil {
 		return err
 	}
-	details := map[string]any{"attempt": a.ID, "number": a.Number, "state": state}
+	details := map[string]any{"attempt": a.ID, "number": a.Number, "state": state, "holder": holder(a)}
 	if reason != "" {
 		details["reason"] = reason
 	}

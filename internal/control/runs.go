@@ -21,6 +21,7 @@ type RunView struct {
 	Run       *store.Run
 	Attempts  []*store.Attempt
 	Approvals []*store.Approval
+	Timeline  []TimelineEntry // GetRun only
 }
 
 // DeniedError is a denial together with the run kept for audit.
@@ -138,6 +139,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if origin.GitHub != nil {
 		origin.GitHub.pin(&spec, &decision)
 	}
+	s.observeDecision("request", decision)
 	decisionJSON, err := json.Marshal(decisionRecord{Request: decision})
 	if err != nil {
 		return nil, false, err
@@ -186,7 +188,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
 		}
 		if run.State == store.RunPendingApproval {
-			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor})
+			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
 		}
 		att := newAttempt(run, spec, 1, t, t)
 		if err := tx.AttemptCreate(ctx, att); err != nil {
@@ -195,7 +197,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 		if err := tx.WakeClaimers(ctx); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID})
+		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
 	})
 	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
 		// A concurrent request with the same key won the insert.
@@ -314,6 +316,9 @@ func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunVi
 	v, err := s.view(ctx, s.store, runID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && v.Run.Tenant != actor.TenantID) {
 		return nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
+	}
+	if err == nil {
+		v.Timeline, err = s.timeline(ctx, v.Run)
 	}
 	return v, err
 }

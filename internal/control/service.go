@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -119,6 +120,8 @@ type Config struct {
 	Broker *connector.Broker
 	// GitHub configures pull-request runs (nil: none).
 	GitHub *GitHubRuns
+	// Metrics receives measurements (internal/metrics); nil records nothing.
+	Metrics Observer
 }
 
 // Service is the run service.
@@ -133,6 +136,7 @@ type Service struct {
 	creds  *Credentials
 	broker *connector.Broker
 	gh     *GitHubRuns
+	obs    Observer
 }
 
 // New returns a Service.
@@ -153,7 +157,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, gh: cfg.GitHub}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, gh: cfg.GitHub,
+		obs: observerOrNop(cfg.Metrics)}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is
@@ -184,10 +189,10 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 		}
 		raw = b
 	}
-	if err := tx.AuditAppend(ctx, &store.AuditEvent{Tenant: tenant, Actor: actor, Action: action, Subject: subject, Details: raw, At: s.nowValue()}); err != nil {
+	if err := tx.AuditAppend(ctx, auditEvent(tenant, actor, action, subject, raw, s.nowValue())); err != nil {
 		return fmt.Errorf("append audit event: %w", err)
 	}
-	return nil
+	return failpoint.Inject("audit.afterInsertBeforeCommit")
 }
 
 // nowValue is the fake time in tests and the zero time (store picks database

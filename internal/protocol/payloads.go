@@ -246,6 +246,9 @@ type Run struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      *time.Time      `json:"finished_at"`
+	// Timeline is the run's history from its audit trail; only GET
+	// /v1/runs/{id} fills it.
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
 }
 
 // Attempt is one execution attempt of a run.
@@ -306,6 +309,10 @@ type AuditEvent struct {
 	Action  string          `json:"action"`
 	Subject string          `json:"subject"`
 	Details json.RawMessage `json:"details"`
+	// Hash and PrevHash are the event's link in the audit chain, empty
+	// until the sealer reached it.
+	Hash     string `json:"hash,omitempty"`
+	PrevHash string `json:"prev_hash,omitempty"`
 }
 
 // AuditList answers GET /v1/audit.

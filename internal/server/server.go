@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/api"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
@@ -20,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/metrics"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
@@ -32,6 +34,8 @@ type Server struct {
 	clock    clock.Clock
 	store    store.Store
 	svc      *control.Service
+	metrics  *metrics.Metrics
+	sealer   *audit.Sealer
 	http     *http.Server
 	ln       net.Listener
 	cancel   context.CancelFunc
@@ -45,6 +49,8 @@ type Options struct {
 	Clock  clock.Clock
 	// ReapInterval defaults to one second.
 	ReapInterval time.Duration
+	// SealInterval (audit chain sealing) defaults to one second.
+	SealInterval time.Duration
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -76,6 +82,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	if opts.ReapInterval <= 0 {
 		opts.ReapInterval = time.Second
+	}
+	if opts.SealInterval <= 0 {
+		opts.SealInterval = time.Second
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -109,8 +118,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
+	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box),
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets,
 		GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
@@ -145,8 +155,8 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		GitHub:    gh.webhook,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln,
-		http:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln, metrics: mets,
+		http:     &http.Server{Handler: withMetrics(h, mets, opts.Clock), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -169,6 +179,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.RevokeCredentials(ctx)
 		return err
 	})
+	s.sealer = s.startSealer(bg, st, opts.Logger, opts.SealInterval)
 	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
 		_, err := svc.PurgeNonces(ctx)
 		return err
@@ -213,6 +224,9 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 
 // Control exposes the run service (for the dev command and tests).
 func (s *Server) Control() *control.Service { return s.svc }
+
+// Sealer exposes the audit sealer (for tests: SealAll).
+func (s *Server) Sealer() *audit.Sealer { return s.sealer }
 
 // Store exposes the store (for tests).
 func (s *Server) Store() store.Store { return s.store }

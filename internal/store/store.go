@@ -206,6 +206,9 @@ type AuditEvent struct {
 	Action  string
 	Subject string
 	Details json.RawMessage
+	// Hash and PrevHash are the event's chain link, empty until sealed.
+	Hash     string
+	PrevHash string
 }
 
 // Approval is one approver's verdict on a run waiting for approval.
@@ -324,7 +327,9 @@ type AttemptRenewParams struct {
 type AuditListParams struct {
 	Tenant string
 	After  int64
-	RunID  string // subject filter, optional
+	RunID  string    // subject filter, optional
+	Actor  string    // optional
+	Since  time.Time // optional: events at or after
 	Limit  int
 }
 
@@ -355,6 +360,8 @@ type RunListParams struct {
 
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.
 type Queries interface {
+	AuditQueries
+	MetricsQueries
 	CatalogQueries
 	ScheduleQueries
 	GitHubQueries

@@ -94,11 +94,18 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	sort.Strings(names)
+	applied, err := s.appliedMigrations(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: read applied migrations: %w", interpretError(err))
+	}
 	for _, name := range names {
 		base := strings.TrimPrefix(name, "migrations/")
 		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
 		if err != nil {
 			return fmt.Errorf("postgres: migration %s: bad version: %w", base, err)
+		}
+		if applied[version] {
+			continue
 		}
 		body, err := migrations.ReadFile(name)
 		if err != nil {

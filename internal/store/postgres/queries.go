@@ -260,36 +260,6 @@ func (q *queries) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
 		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID)
 }
 
-// ---- audit ----
-
-func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
-	err := q.db.QueryRow(ctx, `INSERT INTO audit_events (tenant, at, actor, action, subject, details)
-		VALUES ($2, `+nowSQL+`, $3, $4, $5, $6) RETURNING seq, at`,
-		timeArg(e.At), e.Tenant, e.Actor, e.Action, e.Subject, jsonArg(e.Details)).Scan(&e.Seq, &e.At)
-	utc(&e.At)
-	return interpretError(err)
-}
-
-func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
-	rows, err := q.db.Query(ctx, `SELECT seq, tenant, at, actor, action, subject, details FROM audit_events
-		WHERE tenant = $1 AND seq > $2 AND ($3 = '' OR subject = $3) ORDER BY seq LIMIT $4`,
-		p.Tenant, p.After, p.RunID, limit(p.Limit))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []*store.AuditEvent
-	for rows.Next() {
-		e := &store.AuditEvent{}
-		if err := rows.Scan(&e.Seq, &e.Tenant, &e.At, &e.Actor, &e.Action, &e.Subject, jsonCol{&e.Details}); err != nil {
-			return nil, interpretError(err)
-		}
-		utc(&e.At)
-		out = append(out, e)
-	}
-	return out, interpretError(rows.Err())
-}
-
 // ---- logs ----
 
 // LogAppend is one statement. Two concurrent copies of a chunk both pass the

@@ -236,33 +236,6 @@ func (q *queries) AttemptUpdate(ctx context.Context, a *store.Attempt) error {
 		microsZero(a.NotBefore), a.BlockedOn, a.ID)
 }
 
-// ---- audit ----
-
-func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
-	return interpretError(q.db.QueryRowContext(ctx, `INSERT INTO audit_events (tenant, at, actor, action, subject, details)
-		VALUES (?, coalesce(?, `+nowSQL+`), ?, ?, ?, ?) RETURNING seq, at`,
-		e.Tenant, micros(e.At), e.Actor, e.Action, e.Subject, jsonText(e.Details)).Scan(&e.Seq, timeCol{&e.At}))
-}
-
-func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT seq, tenant, at, actor, action, subject, details FROM audit_events
-		WHERE tenant = ?1 AND seq > ?2 AND (?3 = '' OR subject = ?3) ORDER BY seq LIMIT ?4`,
-		p.Tenant, p.After, p.RunID, limit(p.Limit))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []*store.AuditEvent
-	for rows.Next() {
-		e := &store.AuditEvent{}
-		if err := rows.Scan(&e.Seq, &e.Tenant, timeCol{&e.At}, &e.Actor, &e.Action, &e.Subject, jsonCol{&e.Details}); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, e)
-	}
-	return out, interpretError(rows.Err())
-}
-
 // ---- logs ----
 
 type logLineJSON struct {

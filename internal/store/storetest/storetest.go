@@ -75,7 +75,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RegTokenUseConcurrent", testRegTokenConcurrent},
 		{"Nonces", testNonces},
 		{"Logs", testLogs},
-		{"Audit", testAudit},
+		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain},
 		{"Now", testNow},
 		{"InTxRollback", testInTxRollback},
 		{"ForUpdate", testForUpdate},

@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// ---- audit ----
+
+// AuditAppend draws the transaction's ID before the event's sequence number:
+// the materialized CTE yields its row (assigning the ID) before the INSERT
+// projects that row, which evaluates the seq default. The sealer's horizon
+// (AuditHorizon) depends on that order: a transaction that holds a sequence
+// number always has an ID the snapshot can see running.
+func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
+	err := q.db.QueryRow(ctx, `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid)
+		INSERT INTO audit_events (xid, tenant, at, actor, action, subject, details)
+		SELECT x.xid, $2, `+nowSQL+`, $3, $4, $5, $6 FROM x RETURNING seq, at`,
+		timeArg(e.At), e.Tenant, e.Actor, e.Action, e.Subject, jsonArg(e.Details)).Scan(&e.Seq, &e.At)
+	utc(&e.At)
+	return interpretError(err)
+}
+
+const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
+
+func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*store.AuditEvent, error) {
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.AuditEvent
+	for rows.Next() {
+		e := &store.AuditEvent{}
+		if err := rows.Scan(&e.Seq, &e.Tenant, &e.At, &e.Actor, &e.Action, &e.Subject, jsonCol{&e.Details}, &e.Hash, &e.PrevHash); err != nil {
+			return nil, interpretError(err)
+		}
+		utc(&e.At)
+		out = append(out, e)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
+	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.tenant = $1 AND e.seq > $2 AND ($3 = '' OR e.subject = $3) AND ($4 = '' OR e.actor = $4)
+			AND ($5::timestamptz IS NULL OR e.at >= $5)
+		ORDER BY e.seq LIMIT $6`,
+		p.Tenant, p.After, p.RunID, p.Actor, timeArg(p.Since), limit(p.Limit))
+}
+
+func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
+	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.seq > $1 AND ($2 = 0 OR e.seq <= $2) ORDER BY e.seq LIMIT $3`,
+		p.After, p.UpTo, limit(p.Limit))
+}
+
+func (q *queries) AuditChainHead(ctx context.Context) (*store.AuditSeal, error) {
+	l := &store.AuditSeal{}
+	err := q.db.QueryRow(ctx, `SELECT seq, prev_hash, hash, sealed_at FROM audit_chain ORDER BY seq DESC LIMIT 1`).
+		Scan(&l.Seq, &l.PrevHash, &l.Hash, &l.SealedAt)
+	utc(&l.SealedAt)
+	return l, interpretError(err)
+}
+
+func (q *queries) AuditChainList(ctx context.Context, after int64, n int) ([]*store.AuditSeal, error) {
+	rows, err := q.db.Query(ctx, `SELECT seq, prev_hash, hash, sealed_at FROM audit_chain WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		after, limit(n))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.AuditSeal
+	for rows.Next() {
+		l := &store.AuditSeal{}
+		if err := rows.Scan(&l.Seq, &l.PrevHash, &l.Hash, &l.SealedAt); err != nil {
+			return nil, interpretError(err)
+		}
+		utc(&l.SealedAt)
+		out = append(out, l)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// AuditHorizon reads the sequence first and then assigns itself a
+// transaction ID, in two statements: every transaction that drew a number
+// up to Seq had its ID before the number (AuditAppend), so before ours, so
+// below it. Once the oldest running transaction is at or above our ID, all
+// of them have ended. (A snapshot's xmax would not do: it is the latest
+// completed ID plus one, and a running transaction can be above it.) The
+// cost is one transaction ID per sealing round.
+func (q *queries) AuditHorizon(ctx context.Context, after int64) (store.AuditMark, error) {
+	var m store.AuditMark
+	var last *int64
+	if err := q.db.QueryRow(ctx, `SELECT pg_sequence_last_value(pg_get_serial_sequence('audit_events', 'seq'))`).Scan(&last); err != nil {
+		return m, interpretError(err)
+	}
+	if last != nil {
+		m.Seq = *last
+	}
+	if m.Seq <= after {
+		return m, nil
+	}
+	var xid string
+	if err := q.db.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		return m, interpretError(err)
+	}
+	h, err := strconv.ParseUint(xid, 10, 64)
+	if err != nil {
+		return m, err
+	}
+	m.Horizon = h
+	return m, nil
+}
+
+func (q *queries) AuditHorizonReached(ctx context.Context, m store.AuditMark) (bool, error) {
+	var ok bool
+	err := q.db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8`,
+		strconv.FormatUint(m.Horizon, 10)).Scan(&ok)
+	return ok, interpretError(err)
+}
+
+func (q *queries) AuditSealAppend(ctx context.Context, seals []store.AuditSeal) error {
+	if len(seals) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(seals))
+	prev := make([]string, len(seals))
+	hash := make([]string, len(seals))
+	for i, l := range seals {
+		seqs[i], prev[i], hash[i] = l.Seq, l.PrevHash, l.Hash
+	}
+	_, err := q.db.Exec(ctx, `INSERT INTO audit_chain (seq, prev_hash, hash, sealed_at)
+		SELECT s, p, h, clock_timestamp() FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(s, p, h)`, seqs, prev, hash)
+	return interpretError(err)
+}
+
+// AuditSealLock is a transaction-scoped advisory lock per schema: sealers of
+// one installation take turns, writers never wait for it.
+func (q *queries) AuditSealLock(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('jobplane.audit.seal:' || current_schema()))`)
+	return interpretError(err)
+}

@@ -1,0 +1,101 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// ---- audit ----
+
+func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
+	return interpretError(q.db.QueryRowContext(ctx, `INSERT INTO audit_events (tenant, at, actor, action, subject, details)
+		VALUES (?, coalesce(?, `+nowSQL+`), ?, ?, ?, ?) RETURNING seq, at`,
+		e.Tenant, micros(e.At), e.Actor, e.Action, e.Subject, jsonText(e.Details)).Scan(&e.Seq, timeCol{&e.At}))
+}
+
+const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
+
+func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*store.AuditEvent, error) {
+	rows, err := q.db.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.AuditEvent
+	for rows.Next() {
+		e := &store.AuditEvent{}
+		if err := rows.Scan(&e.Seq, &e.Tenant, timeCol{&e.At}, &e.Actor, &e.Action, &e.Subject, jsonCol{&e.Details}, &e.Hash, &e.PrevHash); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, e)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
+	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.tenant = ?1 AND e.seq > ?2 AND (?3 = '' OR e.subject = ?3) AND (?4 = '' OR e.actor = ?4)
+			AND (?5 IS NULL OR e.at >= ?5)
+		ORDER BY e.seq LIMIT ?6`,
+		p.Tenant, p.After, p.RunID, p.Actor, micros(p.Since), limit(p.Limit))
+}
+
+func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
+	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.seq > ?1 AND (?2 = 0 OR e.seq <= ?2) ORDER BY e.seq LIMIT ?3`,
+		p.After, p.UpTo, limit(p.Limit))
+}
+
+func (q *queries) AuditChainHead(ctx context.Context) (*store.AuditSeal, error) {
+	l := &store.AuditSeal{}
+	err := q.db.QueryRowContext(ctx, `SELECT seq, prev_hash, hash, sealed_at FROM audit_chain ORDER BY seq DESC LIMIT 1`).
+		Scan(&l.Seq, &l.PrevHash, &l.Hash, timeCol{&l.SealedAt})
+	return l, interpretError(err)
+}
+
+func (q *queries) AuditChainList(ctx context.Context, after int64, n int) ([]*store.AuditSeal, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT seq, prev_hash, hash, sealed_at FROM audit_chain WHERE seq > ? ORDER BY seq LIMIT ?`,
+		after, limit(n))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.AuditSeal
+	for rows.Next() {
+		l := &store.AuditSeal{}
+		if err := rows.Scan(&l.Seq, &l.PrevHash, &l.Hash, timeCol{&l.SealedAt}); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, l)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// AuditHorizon is the highest committed sequence number: SQLite has one
+// writer at a time, so no transaction still running can hold a lower one
+// (and a rolled-back number is drawn again by the next writer).
+func (q *queries) AuditHorizon(ctx context.Context, _ int64) (store.AuditMark, error) {
+	var m store.AuditMark
+	err := q.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM audit_events`).Scan(&m.Seq)
+	return m, interpretError(err)
+}
+
+// AuditHorizonReached is always true: see AuditHorizon.
+func (q *queries) AuditHorizonReached(context.Context, store.AuditMark) (bool, error) {
+	return true, nil
+}
+
+func (q *queries) AuditSealAppend(ctx context.Context, seals []store.AuditSeal) error {
+	for _, l := range seals {
+		if _, err := q.db.ExecContext(ctx, `INSERT INTO audit_chain (seq, prev_hash, hash, sealed_at)
+			VALUES (?, ?, ?, coalesce(?, `+nowSQL+`))`, l.Seq, l.PrevHash, l.Hash, micros(l.SealedAt)); err != nil {
+			return interpretError(err)
+		}
+	}
+	return nil
+}
+
+// AuditSealLock is a no-op: the write transaction already excludes every
+// other writer.
+func (q *queries) AuditSealLock(context.Context) error { return nil }
