@@ -200,6 +200,39 @@ func TestL2_RefusedLeaseOperations(t *testing.T) {
 	})
 }
 
+// TestRenewAfterTakeoverIsRefused: a hold whose lease ran out is taken by
+// another acquirer; a renewal of the old attempt stamped with an earlier
+// time (a clock that went back, or a stale reading in the application) must
+// still be refused, because its hold is gone. Found by the L1 checker: an
+// attempt renewed without its key.
+func TestRenewAfterTakeoverIsRefused(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		t.Parallel()
+		e := newLeaseEnv(t, st, leaseJob("tk", "pool-tk", 3*time.Second, lease.Template{Key: "tk-key"}))
+		old, next := e.runnerIn("pool-tk", "tk-old"), e.runnerIn("pool-tk", "tk-next")
+		_, err := e.requestJob(e.a, "tk")
+		require.NoError(t, err)
+		asg := e.claim(e.a, old, "")
+		_, err = e.requestJob(e.a, "tk")
+		require.NoError(t, err)
+
+		// A plane whose clock lags behind by two seconds.
+		lagging := clock.NewFake(e.clock.Now())
+		slow, err := New(Config{Store: st, Clock: lagging, Definitions: e.a.defs})
+		require.NoError(t, err)
+		e.clock.Advance(3 * time.Second)
+		lagging.Advance(time.Second)
+		asg2 := e.claim(e.b, next, "")
+		require.Greater(t, tokenOf(asg2, "tk-key"), tokenOf(asg, "tk-key"))
+
+		_, err = slow.Renew(e.ctx(), call(old, asg))
+		require.ErrorIs(t, err, protocol.ErrLeaseExpired, "the old attempt's hold was taken over")
+		_, err = e.b.Renew(e.ctx(), call(next, asg2))
+		require.NoError(t, err)
+	})
+}
+
 // TestL3_CommitFaults: a claim failing before COMMIT leaves no hold and
 // draws no token; a claim whose answer was lost after COMMIT is answered
 // again, with the same hold, to a retry with the same request_id; a late

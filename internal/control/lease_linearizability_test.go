@@ -10,6 +10,7 @@ package control
 // must be caught.
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -668,8 +670,12 @@ func checkLeaseHistory(t *testing.T, ops []porcupine.Operation, attemptKey func(
 				}
 			}
 		}
-		res, _ := porcupine.CheckOperationsVerbose(leaseModel(k.limit, lkTTL), hist, 2*time.Minute)
+		model := leaseModel(k.limit, lkTTL)
+		res, info := porcupine.CheckOperationsVerbose(model, hist, 2*time.Minute)
 		t.Logf("key %s (limit %d): %d operations: %s", k.name, k.limit, len(hist), res)
+		if res == porcupine.Illegal {
+			describeIllegal(t, model, hist, info)
+		}
 		if res == porcupine.Illegal || (res == porcupine.Unknown && worst == porcupine.Ok) {
 			worst = res
 		}
@@ -826,4 +832,45 @@ func TestL1_BrokenVariantIsCaught(t *testing.T) {
 	ops := lkWorkload(t, e, 6, 30, 7, nil)
 	res := checkLeaseHistory(t, ops, attemptKeyFn(t, st))
 	require.Equal(t, porcupine.Illegal, res, "porcupine must catch a claim that ignores the holder")
+}
+
+// describeIllegal logs the end of the longest linearizable prefix and the
+// operations that could not follow it, so that a failure can be read.
+func describeIllegal(t *testing.T, model porcupine.Model, hist []porcupine.Operation, info porcupine.LinearizationInfo) {
+	t.Helper()
+	var best []porcupine.Operation
+	for _, part := range info.PartialLinearizationsOperations() {
+		for _, lin := range part {
+			if len(lin) > len(best) {
+				best = lin
+			}
+		}
+	}
+	var b strings.Builder
+	st := model.Init()
+	for i, op := range best {
+		_, st = model.Step(st, op.Input, op.Output)
+		if i >= len(best)-12 {
+			fmt.Fprintf(&b, "  ok   c%-4d [%d,%d] %s\n", op.ClientId, op.Call, op.Return, model.DescribeOperation(op.Input, op.Output))
+		}
+	}
+	fmt.Fprintf(&b, "  state: %s\n", model.DescribeState(st))
+	done := map[[2]int64]bool{}
+	for _, op := range best {
+		done[[2]int64{op.Call, op.Return}] = true
+	}
+	var rest []porcupine.Operation
+	for _, op := range hist {
+		if !done[[2]int64{op.Call, op.Return}] {
+			rest = append(rest, op)
+		}
+	}
+	slices.SortFunc(rest, func(x, y porcupine.Operation) int { return cmp.Compare(x.Call, y.Call) })
+	for i, op := range rest {
+		if i == 8 {
+			break
+		}
+		fmt.Fprintf(&b, "  next c%-4d [%d,%d] %s\n", op.ClientId, op.Call, op.Return, model.DescribeOperation(op.Input, op.Output))
+	}
+	t.Logf("longest linearizable prefix: %d of %d operations\n%s", len(best), len(hist), b.String())
 }

@@ -98,9 +98,17 @@ func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams)
 		if _, err := q.lockLeaseKey(ctx, p.Tenant, k.Key); err != nil {
 			return nil, "", err
 		}
+		// A stale hold is dropped only with its attempt's row locked: a
+		// renewal or result of that attempt (which lock the row first) either
+		// committed before, and is seen (a renewed hold is live again), or
+		// waits and then finds its hold gone. A row locked right now is
+		// skipped, its hold treated as held: whoever holds the lock ends or
+		// renews it, and a release wakes this waiter.
 		tag, err := q.db.Exec(ctx, `DELETE FROM leases l WHERE l.tenant = $2 AND l.key = $3
-			AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.id = l.attempt_id
-				AND a.state = 'leased' AND a.lease_expires_at > `+nowSQL+`)`, p.Now, p.Tenant, k.Key)
+			AND l.attempt_id IN (SELECT a.id FROM attempts a
+				WHERE a.id IN (SELECT attempt_id FROM leases WHERE tenant = $2 AND key = $3)
+					AND NOT (a.state = 'leased' AND a.lease_expires_at > `+nowSQL+`)
+				FOR UPDATE OF a SKIP LOCKED)`, p.Now, p.Tenant, k.Key)
 		if err != nil {
 			return nil, "", interpretError(err)
 		}

@@ -241,6 +241,16 @@ func (q *queries) AttemptListLeasedByRunner(ctx context.Context, runnerID string
 
 // AttemptRenew re-checks state, digest and expiry in the UPDATE itself, so a
 // renewal racing the reaper either wins entirely or matches nothing.
+// holdsIntact: the attempt still holds every lease key of its run, unless
+// the run is being cancelled (a break-glass release drops the holds and asks
+// the run to stop: its renewals go on answering cancel_requested). A hold
+// purged by another acquirer means the lease was lost, whatever the clock
+// of this renewal says: a renewal stamped earlier than the takeover (a
+// clock that went back) must not revive it.
+const holdsIntact = `EXISTS (SELECT 1 FROM runs r WHERE r.id = attempts.run_id AND (r.cancel_requested
+	OR (CASE WHEN jsonb_typeof(r.lease_keys) = 'array' THEN jsonb_array_length(r.lease_keys) ELSE 0 END)
+		= (SELECT count(*) FROM leases l WHERE l.attempt_id = attempts.id)))`
+
 func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams) (*store.Attempt, error) {
 	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now)
 		UPDATE attempts SET
@@ -248,7 +258,7 @@ func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams)
 			heartbeat_at = n.now
 		FROM n
 		WHERE attempts.id = $2 AND attempts.state = 'leased' AND attempts.lease_digest = $3
-			AND attempts.lease_expires_at > n.now
+			AND attempts.lease_expires_at > n.now AND `+holdsIntact+`
 		RETURNING `+attemptColsQ, p.Now, p.ID, p.LeaseDigest))
 }
 

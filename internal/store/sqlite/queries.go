@@ -218,12 +218,17 @@ func (q *queries) AttemptListLeasedByRunner(ctx context.Context, runnerID string
 		WHERE runner_id = ? AND state = 'leased' ORDER BY claimed_at, id`, runnerID)
 }
 
+// holdsIntact: see the PostgreSQL store.
+const holdsIntact = `EXISTS (SELECT 1 FROM runs r WHERE r.id = attempts.run_id AND (r.cancel_requested
+	OR (CASE WHEN json_type(r.lease_keys) = 'array' THEN json_array_length(r.lease_keys) ELSE 0 END)
+		= (SELECT count(*) FROM leases l WHERE l.attempt_id = attempts.id)))`
+
 func (q *queries) AttemptRenew(ctx context.Context, p *store.AttemptRenewParams) (*store.Attempt, error) {
 	const n = "coalesce(?1, " + nowSQL + ")"
 	return scanAttempt(q.db.QueryRowContext(ctx, `UPDATE attempts SET
 		lease_expires_at = min(`+n+` + lease_ttl_us, coalesce(deadline, `+n+` + lease_ttl_us)),
 		heartbeat_at = `+n+`
-		WHERE id = ?2 AND state = 'leased' AND lease_digest = ?3 AND lease_expires_at > `+n+`
+		WHERE id = ?2 AND state = 'leased' AND lease_digest = ?3 AND lease_expires_at > `+n+` AND `+holdsIntact+`
 		RETURNING `+attemptCols, microsPtr(p.Now), p.ID, p.LeaseDigest))
 }
 
