@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,26 @@ type Config struct {
 	// Clients is the number of concurrent callers requesting runs
 	// (default 4).
 	Clients int
+	// Backlog, when positive, replaces the phases by the backlog
+	// measurement (backlog.go): that many queued runs, then Runs of them
+	// claimed and finished. PostgreSQL only.
+	Backlog int
+	// Idle, when positive, replaces the phases by the idle measurement
+	// (idle.go): that many runners wait in long polls; memory, then
+	// dispatch latency over Dispatch runs.
+	Idle int
+	// Dispatch is the number of runs of the paced dispatch-latency phase
+	// (default 200).
+	Dispatch int
+	// Raw also runs the raw SKIP LOCKED claim+complete loop (raw.go) on the
+	// same database, one row per transaction and RawBatch rows per
+	// statement, and reports jobplane's rates as ratios of them.
+	Raw bool
+	// RawBatch is the batched raw loop's rows per statement (default 10).
+	RawBatch int
+	// CommitBatch bounds the calls of one group transaction; 1 turns group
+	// commit off (for comparison), 0 is the server's default.
+	CommitBatch int
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Progress, when set, is called from one goroutine about five times a
@@ -43,6 +65,12 @@ func (c *Config) defaults() {
 	}
 	if c.Clients <= 0 {
 		c.Clients = 4
+	}
+	if c.Dispatch <= 0 {
+		c.Dispatch = 200
+	}
+	if c.RawBatch <= 0 {
+		c.RawBatch = 10
 	}
 }
 
@@ -72,7 +100,45 @@ type Result struct {
 	RequestToClaimed Latency `json:"request_to_claimed"`
 	EmptyClaims      int     `json:"empty_claims"`
 
+	// Lifecycle is the lifecycle phase: runs requested while runners wait
+	// in long polls, each claimed, renewed, logged and finished.
+	Lifecycle                 Phase   `json:"lifecycle"`
+	LifecycleClaimLatency     Latency `json:"lifecycle_claim_latency"`
+	LifecycleRequestToClaimed Latency `json:"lifecycle_request_to_claimed"`
+
+	// Dispatch is the paced phase: one run at a time, requested while every
+	// runner waits idle; DispatchLatency is its request→claimed.
+	Dispatch        Phase   `json:"dispatch"`
+	DispatchLatency Latency `json:"dispatch_latency"`
+
+	// Transactions counts what the server committed over the whole
+	// benchmark (all phases, registration and verification included).
+	Transactions Transactions `json:"transactions"`
+
+	// Idle is the idle-runners measurement, when asked for.
+	Idle *Idle `json:"idle,omitempty"`
+
+	// Backlog is the backlog measurement, when asked for.
+	Backlog *Backlog `json:"backlog,omitempty"`
+
+	// Raw holds the raw loops (one row per transaction, then a batch per
+	// statement) when asked for.
+	Raw []Raw `json:"raw,omitempty"`
+
 	Verification Verification `json:"verification"`
+}
+
+// Transactions is what the server committed during the benchmark.
+type Transactions struct {
+	// Store counts the write transactions the store committed (InTx and, on
+	// SQLite, every write).
+	Store int64 `json:"store"`
+	// Groups and Bodies are the group committer's transactions and the
+	// calls they carried (a subset of Store).
+	Groups int64 `json:"groups"`
+	Bodies int64 `json:"bodies"`
+	// PerRun is Store divided by the runs the benchmark created.
+	PerRun float64 `json:"per_run"`
 }
 
 // Run performs one measurement on a fresh server. A run that did not
@@ -80,7 +146,7 @@ type Result struct {
 // returned too.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.defaults()
-	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, MaxConns: 2 * (cfg.Workers + cfg.Clients)})
+	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, MaxConns: 2*(cfg.Workers+cfg.Clients) + cfg.Idle})
 	if err != nil {
 		return nil, err
 	}
@@ -89,14 +155,37 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients,
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: clock.Real{}.Now().UTC().Truncate(time.Second),
 	}
+	var commits0 int64
+	if c, ok := env.Server.Store().(interface{ Commits() int64 }); ok {
+		commits0 = c.Commits()
+	}
 	runners, err := env.RegisterRunners(ctx, cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
 
+	if cfg.Idle > 0 {
+		idle, err := env.RunIdle(ctx, cfg.Idle, cfg.Dispatch)
+		if err != nil {
+			return nil, err
+		}
+		res.Idle = idle
+		return res, nil
+	}
+	if cfg.Backlog > 0 {
+		bl, err := env.RunBacklog(ctx, runners, cfg.Backlog, cfg.Runs)
+		if err != nil {
+			return nil, err
+		}
+		res.Backlog = bl
+		return res, nil
+	}
+
 	var done atomic.Int64
 	stop := progress(cfg.Progress, "request", cfg.Runs, &done)
+	cpu0 := processCPU()
 	req, err := env.RequestRuns(ctx, cfg.Runs, cfg.Clients, &done)
+	req.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
 	stop()
 	if err != nil {
 		return nil, err
@@ -105,13 +194,39 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	done.Store(0)
 	stop = progress(cfg.Progress, "claim+result", cfg.Runs, &done)
+	cpu0 = processCPU()
 	dr, err := env.Drain(ctx, runners, req.CreatedAt, &done)
 	stop()
+	if dr != nil {
+		dr.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+	}
 	if err != nil {
 		return nil, err
 	}
 	res.ClaimResult, res.ClaimLatency, res.ResultLatency = dr.Phase, dr.ClaimLatency, dr.ResultLatency
 	res.RequestToClaimed, res.EmptyClaims = dr.RequestToClaimed, dr.EmptyClaims
+
+	done.Store(0)
+	stop = progress(cfg.Progress, "lifecycle", cfg.Runs, &done)
+	cpu0 = processCPU()
+	lc, err := env.RunLifecycle(ctx, runners, cfg.Runs, cfg.Clients, false, &done)
+	stop()
+	if lc != nil {
+		lc.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Lifecycle, res.LifecycleClaimLatency, res.LifecycleRequestToClaimed = lc.Phase, lc.ClaimLatency, lc.RequestToClaimed
+
+	done.Store(0)
+	stop = progress(cfg.Progress, "dispatch", cfg.Dispatch, &done)
+	dl, err := env.RunLifecycle(ctx, runners, cfg.Dispatch, 1, true, &done)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	res.Dispatch, res.DispatchLatency = dl.Phase, dl.RequestToClaimed
 
 	want := make(map[string]struct{}, len(req.CreatedAt))
 	for id := range req.CreatedAt {
@@ -121,8 +236,36 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	lv, err := env.Verify(ctx, lc.Requested, lc.Claims)
+	if err != nil {
+		return nil, err
+	}
+	dv, err := env.Verify(ctx, dl.Requested, dl.Claims)
+	if err != nil {
+		return nil, err
+	}
+	v.Checked += lv.Checked + dv.Checked
+	v.Problems = append(append(v.Problems, lv.Problems...), dv.Problems...)
 	res.Verification = *v
-	return res, v.Err()
+	if c, ok := env.Server.Store().(interface{ Commits() int64 }); ok {
+		res.Transactions.Store = c.Commits() - commits0
+	}
+	cs := env.Server.Control().CommitStats()
+	res.Transactions.Groups, res.Transactions.Bodies = cs.Transactions, cs.Bodies
+	res.Transactions.PerRun = math.Round(float64(res.Transactions.Store)/float64(2*cfg.Runs+cfg.Dispatch)*100) / 100
+	if err := v.Err(); err != nil {
+		return res, err
+	}
+	if cfg.Raw {
+		for _, batch := range []int{1, cfg.RawBatch} {
+			raw, err := RunRaw(ctx, env.DSN, cfg.Runs, cfg.Workers, batch)
+			if err != nil {
+				return res, err
+			}
+			res.Raw = append(res.Raw, *raw)
+		}
+	}
+	return res, nil
 }
 
 // progress calls fn every 200 ms with done's value until the returned stop
@@ -150,17 +293,61 @@ func progress(fn func(string, int, int), phase string, total int, done *atomic.I
 	return func() { close(quit); <-finished }
 }
 
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return math.Round(a/b*1000) / 1000
+}
+
 // String is a short human summary.
 func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
-	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms)\n",
-		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms)
-	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms)\n",
+	if i := r.Idle; i != nil {
+		s += fmt.Sprintf("  idle runners   %d registered, %d waiting in a long poll at once\n", i.Runners, i.Waiting)
+		s += fmt.Sprintf("  memory         RSS %.1f MiB (%.1f MiB before they waited); Go heap %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB — server and runners together\n",
+			i.RSSMiB, i.BaselineRSSMiB, i.HeapMiB, i.StackMiB, i.SysMiB)
+		s += fmt.Sprintf("  idle CPU       %.2f cores while they waited\n", i.IdleCPU)
+		s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, all runners waiting)\n",
+			i.DispatchLatency.P50ms, i.DispatchLatency.P99ms, i.DispatchLatency.MaxMs, i.Dispatch.Ops)
+		return s
+	}
+	if b := r.Backlog; b != nil {
+		for _, rd := range []BacklogRound{b.Small, b.Big} {
+			s += fmt.Sprintf("  queue of %-8d claim+result %7.1f runs/s (%d claimed; claim p50 %.2f ms, p99 %.2f ms, max %.2f ms; filled in %.1fs)\n",
+				rd.Queued, rd.ClaimResult.PerSecond, rd.ClaimResult.Ops, rd.ClaimLatency.P50ms, rd.ClaimLatency.P99ms, rd.ClaimLatency.MaxMs, rd.InsertSecs)
+		}
+		s += fmt.Sprintf("  claim p99 ratio %.2f (big queue / small queue)\n", b.P99Ratio)
+		s += "  verified: each claimed run was claimed once and ended succeeded\n"
+		for _, rd := range []BacklogRound{b.Small, b.Big} {
+			if rd.Explain != "" {
+				s += fmt.Sprintf("  EXPLAIN (ANALYZE, BUFFERS) of the claim statement, %d queued:\n    %s\n", rd.Queued, strings.ReplaceAll(rd.Explain, "\n", "\n    "))
+			}
+		}
+		return s
+	}
+	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, r.Request.CPUPerOpUs)
+	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
 		r.ClaimResult.PerSecond, r.ClaimResult.Ops, r.ClaimResult.Seconds,
-		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms)
+		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, r.ClaimResult.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; request, long-poll claim, renew, log chunk, result; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)
+	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
+		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
+	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",
+		r.DispatchLatency.P50ms, r.DispatchLatency.P99ms, r.DispatchLatency.MaxMs, r.Dispatch.Ops)
+	t := r.Transactions
+	s += fmt.Sprintf("  transactions   %d committed by the store, %.2f per run (%d group transactions carried %d calls)\n",
+		t.Store, t.PerRun, t.Groups, t.Bodies)
+	for _, raw := range r.Raw {
+		s += fmt.Sprintf("  raw loop       %8.1f jobs/s   (%d rows per transaction, %d workers, %d transactions; lifecycle/raw %.3f, claim+result/raw %.3f)\n",
+			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions,
+			ratio(r.Lifecycle.PerSecond, raw.Phase.PerSecond), ratio(r.ClaimResult.PerSecond, raw.Phase.PerSecond))
+	}
 	if r.Verification.OK() {
 		s += fmt.Sprintf("  verified: all %d runs succeeded on their only attempt, each claimed once\n", r.Verification.Checked)
 	} else {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestRunSmoke(t *testing.T) {
 			db := stores()[name](t)
 			var calls atomic.Int64
 			res, err := Run(context.Background(), Config{
-				DB: db, Runs: 30, Workers: 4, Clients: 2,
+				DB: db, Runs: 30, Workers: 4, Clients: 2, Dispatch: 5, Raw: true, RawBatch: 4,
 				Progress: func(string, int, int) { calls.Add(1) },
 			})
 			if err != nil {
@@ -34,8 +35,23 @@ func TestRunSmoke(t *testing.T) {
 			if res.Store != name {
 				t.Errorf("store %q, want %q", res.Store, name)
 			}
-			if res.Request.Ops != 30 || res.ClaimResult.Ops != 30 || res.Verification.Checked != 30 {
-				t.Errorf("ops: request %d, claim+result %d, checked %d; want 30 each", res.Request.Ops, res.ClaimResult.Ops, res.Verification.Checked)
+			if res.Request.Ops != 30 || res.ClaimResult.Ops != 30 || res.Lifecycle.Ops != 30 || res.Dispatch.Ops != 5 {
+				t.Errorf("ops: request %d, claim+result %d, lifecycle %d, dispatch %d; want 30, 30, 30, 5",
+					res.Request.Ops, res.ClaimResult.Ops, res.Lifecycle.Ops, res.Dispatch.Ops)
+			}
+			if res.Verification.Checked != 30+30+5 {
+				t.Errorf("checked %d runs, want %d (every phase's)", res.Verification.Checked, 30+30+5)
+			}
+			if res.DispatchLatency.Count != 5 || res.LifecycleRequestToClaimed.Count != 30 {
+				t.Errorf("latency counts: dispatch %+v, lifecycle %+v", res.DispatchLatency, res.LifecycleRequestToClaimed)
+			}
+			// Per run at least a request, a claim and a result commit; the
+			// group committer carried calls.
+			if res.Transactions.Store < 65 || res.Transactions.Bodies == 0 || res.Transactions.PerRun <= 0 {
+				t.Errorf("transactions: %+v", res.Transactions)
+			}
+			if len(res.Raw) != 2 || res.Raw[0].Batch != 1 || res.Raw[1].Batch != 4 || res.Raw[0].Phase.Ops != 30 || res.Raw[1].Phase.PerSecond <= 0 {
+				t.Errorf("raw loops: %+v", res.Raw)
 			}
 			if res.Request.PerSecond <= 0 || res.ClaimResult.PerSecond <= 0 {
 				t.Errorf("rates: %+v %+v", res.Request, res.ClaimResult)
@@ -191,5 +207,41 @@ func BenchmarkRequest(b *testing.B) {
 			}
 			b.ReportMetric(req.Phase.PerSecond, "runs/s")
 		})
+	}
+}
+
+// TestBacklogSmoke runs the backlog measurement with a small big queue.
+func TestBacklogSmoke(t *testing.T) {
+	db := testdb.PostgresDSN(t)
+	res, err := Run(context.Background(), Config{DB: db, Runs: 20, Workers: 3, Backlog: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Backlog
+	if b == nil || b.Small.Queued != 20+SmallBacklog+1 || b.Big.Queued != 1501 {
+		t.Fatalf("backlog: %+v", b)
+	}
+	for _, rd := range []BacklogRound{b.Small, b.Big} {
+		if rd.ClaimResult.Ops != 20 || rd.ClaimLatency.Count != 20 {
+			t.Errorf("round %d: %+v", rd.Queued, rd)
+		}
+		if !strings.Contains(rd.Explain, "attempts_claimable") {
+			t.Errorf("the claim does not use its index with %d queued:\n%s", rd.Queued, rd.Explain)
+		}
+	}
+	if _, err := Run(context.Background(), Config{Backlog: 10}); err == nil {
+		t.Error("--backlog on SQLite was accepted")
+	}
+}
+
+// TestIdleSmoke runs the idle measurement with a few runners.
+func TestIdleSmoke(t *testing.T) {
+	res, err := Run(context.Background(), Config{Workers: 1, Idle: 20, Dispatch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := res.Idle
+	if i == nil || i.Runners != 20 || i.Waiting != 20 || i.Dispatch.Ops != 3 || i.DispatchLatency.Count != 3 || i.RSSMiB <= 0 {
+		t.Fatalf("idle: %+v", i)
 	}
 }

@@ -10,20 +10,23 @@
 //  2. claim+result: Workers runner identities, each registered with its own
 //     single-use registration token and Ed25519 key, loop claim (wait 0) →
 //     result (succeeded) until the queue is empty;
-//  3. verify: every run this benchmark created is listed through the API and
-//     must have succeeded on its first and only attempt, and no run was
-//     claimed twice or claimed that this benchmark did not create.
+//  3. lifecycle: runs requested while every runner waits in a long-polling
+//     claim; each is claimed, renewed, logged and finished;
+//  4. dispatch: runs requested one at a time with every runner idle, for
+//     request→claimed latency;
+//  5. verify: every run of every phase is read back through the API and
+//     must have succeeded on its first and only attempt, claimed exactly
+//     once, and no run the benchmark did not create was claimed;
+//  6. raw (optional): a bare SKIP LOCKED claim+complete loop on the same
+//     database, one row per transaction and then a batch per statement, so
+//     that jobplane's rates can be printed as ratios measured in one run.
 //
-// The figures are rates (operations per second of wall time) and latency
-// percentiles of the calls as the client sees them. Nothing is simulated:
-// each request is signed, authenticated, nonce-checked and committed exactly
-// as a real runner's would be, so the figures bound what one server process
-// on this machine can do for no-op runs. The job never executes; a real
-// worker adds process start-up, log upload and lease renewal on top.
-//
-// The package is built to grow into the full `jobplane bench` (a
-// lifecycle phase, overlapping request and claim load, transactions per
-// run, a --raw comparison against the store without HTTP): phases are
-// separate methods of [Env] that return a [Phase], and [Result] gains
-// fields without changing the existing ones.
+// Two modes replace the phases: a backlog of bulk-inserted queued runs
+// (claim latency with a small and a big queue, and EXPLAIN ANALYZE of the
+// claim statement), and N idle runners in long polls (memory, then dispatch
+// latency). The figures are rates, latency percentiles of the calls as the
+// client sees them, this process's CPU per run and the store's commits per
+// run. Nothing is simulated: each request is signed, authenticated,
+// nonce-checked and committed exactly as a real runner's would be. The job
+// never executes; a real worker adds process start-up and its own output.
 package bench

@@ -49,6 +49,8 @@ type EnvConfig struct {
 	DB string
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
+	// CommitBatch is passed to the server (1 turns group commit off).
+	CommitBatch int
 	// MaxConns bounds the idle HTTP connections kept to the server; it
 	// should be at least the number of concurrent callers. Zero is 64.
 	MaxConns int
@@ -62,6 +64,8 @@ type Env struct {
 	HTTP   *http.Client
 	// Driver is "sqlite" or "postgres".
 	Driver string
+	// DSN is the --db value the server opened.
+	DSN string
 
 	dir string
 }
@@ -107,7 +111,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		srv, err = server.Start(ctx, config.Server{
 			Listen: addr, DB: db, Definitions: repo, Channels: map[string]string{Channel: "main"},
 			DataDir: filepath.Join(dir, "data"), AdminToken: token,
-		}, server.Options{Logger: cfg.Logger})
+		}, server.Options{Logger: cfg.Logger, CommitBatch: cfg.CommitBatch})
 		if err == nil {
 			break
 		}
@@ -125,7 +129,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		},
 	}
 	return &Env{
-		Server: srv, HTTP: hc, Driver: driver, dir: dir,
+		Server: srv, HTTP: hc, Driver: driver, DSN: db, dir: dir,
 		Admin: &apiclient.Client{BaseURL: srv.URL(), Token: token, HTTP: hc},
 	}, nil
 }

@@ -139,6 +139,12 @@ const emptyToStop = 2
 // createdAt (may be nil) gives the runs' creation times for the
 // request→claimed latency; done counts accepted results (may be nil).
 func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string]time.Time, done *atomic.Int64) (*Drained, error) {
+	return e.drain(ctx, runners, createdAt, done, 0)
+}
+
+// drain is Drain that stops after limit claims when limit > 0.
+func (e *Env) drain(ctx context.Context, runners []*Runner, createdAt map[string]time.Time, done *atomic.Int64, limit int) (*Drained, error) {
+	var reserved atomic.Int64
 	if done == nil {
 		done = new(atomic.Int64)
 	}
@@ -156,6 +162,9 @@ func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string
 		l.claims = map[string]int{}
 		g.Go(func() error {
 			for empties := 0; empties < emptyToStop; {
+				if limit > 0 && reserved.Add(1) > int64(limit) {
+					break
+				}
 				t0 := clock.Real{}.Now()
 				asg, err := r.Client.Claim(gctx, 0, "")
 				t1 := clock.Real{}.Now()
@@ -163,6 +172,7 @@ func (e *Env) Drain(ctx context.Context, runners []*Runner, createdAt map[string
 					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
 				}
 				if asg == nil {
+					reserved.Add(-1)
 					empties++
 					l.empty++
 					continue

@@ -50,6 +50,9 @@ type Phase struct {
 	Seconds float64 `json:"seconds"`
 	// PerSecond is Ops / Seconds.
 	PerSecond float64 `json:"per_second"`
+	// CPUPerOpUs is this process's CPU time (server, callers and, on
+	// SQLite, the database) per operation, in microseconds.
+	CPUPerOpUs float64 `json:"cpu_per_op_us"`
 }
 
 func newPhase(ops int, d time.Duration) Phase {

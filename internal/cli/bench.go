@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/jobplane/jobplane/internal/bench"
 )
@@ -13,12 +14,21 @@ import (
 // BenchCmd measures request and claim+result throughput of no-op runs
 // through the HTTP API on an in-process server.
 type BenchCmd struct {
-	DB       string `name:"db" help:"Store to measure: sqlite:PATH or a postgres:// URL (default: SQLite in a temporary directory). The benchmark inserts rows: use a database of its own." placeholder:"DSN"`
-	Runs     int    `default:"2000" help:"Runs to request and then claim."`
-	Workers  int    `default:"8" help:"Runner identities claiming concurrently."`
-	Clients  int    `default:"4" help:"Concurrent clients requesting runs."`
-	JSON     bool   `help:"Print the result as JSON." name:"json"`
-	LogLevel string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
+	DB          string `name:"db" help:"Store to measure: sqlite:PATH or a postgres:// URL (default: SQLite in a temporary directory). The benchmark inserts rows: use a database of its own." placeholder:"DSN"`
+	Runs        int    `default:"2000" help:"Runs to request and then claim."`
+	Workers     int    `default:"8" help:"Runner identities claiming concurrently."`
+	Clients     int    `default:"4" help:"Concurrent clients requesting runs."`
+	Dispatch    int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
+	CommitBatch int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
+	Backlog     int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
+	Idle        int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
+	Raw         bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
+	RawBatch    int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
+	JSON        bool   `help:"Print the result as JSON." name:"json"`
+	LogLevel    string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
+	// CPUProfile profiles the whole process: server, clients and runners
+	// share it, as they share the machine.
+	CPUProfile string `name:"cpuprofile" help:"Write a CPU profile of the whole benchmark (server and callers) to this file." placeholder:"FILE"`
 }
 
 // Run performs the measurement. It fails (exit 1) when any run did not
@@ -28,8 +38,20 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
 	cfg := bench.Config{
-		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients,
+		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog, Idle: c.Idle,
 		Logger: newLogger(g.Stderr, c.LogLevel),
+	}
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	tty := benchIsTerminal(g.Stderr)
 	if tty {

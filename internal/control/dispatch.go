@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -102,4 +103,109 @@ func narrowGrants(a, b map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// Long-polling claims wait in line, one line per claim scope (tenant, pool
+// and labels: runners that could take the same attempts). Only the head of a
+// line watches for new work — the store's wake signal and, because retries
+// become due with time rather than with a notification, a one-second look.
+// A waiter that claims something pokes the next two waiters of its line, so
+// that a burst of W new runs is handed out in about log2(W) rounds, and a
+// waiter that finds nothing stops the chain. Waking is thus proportional to
+// the work, not to the number of runners waiting: 10,000 idle runners cost
+// one look a second per scope instead of 10,000, and one new run wakes a
+// few of them instead of all. Lines are per scope, so a busy tenant or pool
+// never holds up another's runners, and in arrival order, so runners of
+// one scope get work first come, first served.
+
+type claimWaiter struct {
+	poke   chan struct{} // buffered: "look now"
+	trying bool
+}
+
+type claimLines struct {
+	mu    sync.Mutex
+	lines map[string][]*claimWaiter
+}
+
+func (d *claimLines) join(scope string) *claimWaiter {
+	w := &claimWaiter{poke: make(chan struct{}, 1), trying: true}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lines == nil {
+		d.lines = map[string][]*claimWaiter{}
+	}
+	d.lines[scope] = append(d.lines[scope], w)
+	return w
+}
+
+// leave removes w; a new head is poked so that it starts watching.
+func (d *claimLines) leave(scope string, w *claimWaiter) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	line := d.lines[scope]
+	i := slices.Index(line, w)
+	if i < 0 {
+		return
+	}
+	line = slices.Delete(line, i, i+1)
+	if len(line) == 0 {
+		delete(d.lines, scope)
+		return
+	}
+	d.lines[scope] = line
+	if i == 0 {
+		pokeLocked(line[0])
+	}
+}
+
+func (d *claimLines) setTrying(w *claimWaiter, v bool) {
+	d.mu.Lock()
+	w.trying = v
+	d.mu.Unlock()
+}
+
+func (d *claimLines) isHead(scope string, w *claimWaiter) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	line := d.lines[scope]
+	return len(line) > 0 && line[0] == w
+}
+
+// pokeNext pokes the first n waiters of the line that are not already
+// looking.
+func (d *claimLines) pokeNext(scope string, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, w := range d.lines[scope] {
+		if n == 0 {
+			return
+		}
+		if !w.trying {
+			pokeLocked(w)
+			n--
+		}
+	}
+}
+
+func pokeLocked(w *claimWaiter) {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// ClaimsWaiting reports how many long-polling claims are waiting on this
+// server now.
+func (s *Service) ClaimsWaiting() int { return s.lines.waiting() }
+
+// waiting reports how many claims wait in all lines.
+func (d *claimLines) waiting() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, l := range d.lines {
+		n += len(l)
+	}
+	return n
 }

@@ -140,26 +140,52 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
+	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos})
+	w := s.lines.join(scope)
+	defer s.lines.leave(scope, w)
 	for {
 		wake := s.store.Wake()
+		s.lines.setTrying(w, true)
 		a, err := s.claimOnce(ctx, call, req.RequestID)
-		if a != nil || err != nil {
+		s.lines.setTrying(w, false)
+		if a == nil && ctx.Err() != nil {
+			// The caller left while its claim waited for a group
+			// transaction: nothing was claimed for it.
+			return nil, nil
+		}
+		if a != nil {
+			// There may be more: let the next in line look too (dispatch.go).
+			s.lines.pokeNext(scope, 2)
+		}
+		if a != nil || err != nil || req.WaitSeconds == 0 {
 			return a, err
 		}
-		// Retries become due with time, not with a notification: look again
-		// at least every second.
-		tick := time.NewTimer(time.Second)
+		var tickC <-chan time.Time
+		var storeWake <-chan struct{}
+		var tick *time.Timer
+		if s.lines.isHead(scope, w) {
+			// Retries become due with time, not with a notification: the
+			// head looks again at least every second.
+			storeWake = wake
+			tick = time.NewTimer(time.Second)
+			tickC = tick.C
+		}
+		expired := false
 		select {
 		case <-ctx.Done():
-			tick.Stop()
-			return nil, nil
+			expired = true
 		case <-timer.C:
-			tick.Stop()
-			return nil, nil
-		case <-wake:
-		case <-tick.C:
+			expired = true
+		case <-storeWake:
+		case <-tickC:
+		case <-w.poke:
 		}
-		tick.Stop()
+		if tick != nil {
+			tick.Stop()
+		}
+		if expired {
+			return nil, nil
+		}
 	}
 }
 
@@ -177,9 +203,9 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string) (asg *protocol.Assignment, revoked bool, err error) {
 	token := id.Secret(32)
 	var claimed *store.Attempt
-	err = s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.commits.do(ctx, func(tx store.Tx) error {
 		asg, revoked = nil, false
-		a, err := tx.AttemptClaim(ctx, &store.AttemptClaimParams{
+		a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
 			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
 			ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
@@ -389,7 +415,7 @@ func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.Sig
 // Renew extends the attempt's lease by its TTL, never past its deadline.
 func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
 	var resp *protocol.RenewResponse
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := s.commits.do(ctx, func(tx store.Tx) error {
 		a, r, _, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -430,7 +456,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		}
 		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -495,7 +521,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		rec.Artifacts = []string{}
 	}
 	var resp *protocol.ResultResponse
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := s.commits.do(ctx, func(tx store.Tx) error {
 		a, r, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			var prev resultRecord

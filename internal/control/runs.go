@@ -167,7 +167,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	default:
 		run.State = store.RunQueued
 	}
-	err = s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.commits.do(ctx, func(tx store.Tx) error {
 		t, err := tx.Now(ctx, s.clock.NowOrNil())
 		if err != nil {
 			return err

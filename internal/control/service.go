@@ -120,23 +120,28 @@ type Config struct {
 	Broker *connector.Broker
 	// GitHub configures pull-request runs (nil: none).
 	GitHub *GitHubRuns
+	// CommitBatch bounds the calls that share one group transaction
+	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
+	CommitBatch int
 	// Metrics receives measurements (internal/metrics); nil records nothing.
 	Metrics Observer
 }
 
 // Service is the run service.
 type Service struct {
-	store  store.Store
-	clock  clock.Clock
-	defs   Definitions
-	log    *slog.Logger
-	apiURL string
-	batch  int
-	appTTL time.Duration
-	creds  *Credentials
-	broker *connector.Broker
-	gh     *GitHubRuns
-	obs    Observer
+	store   store.Store
+	clock   clock.Clock
+	defs    Definitions
+	log     *slog.Logger
+	apiURL  string
+	batch   int
+	appTTL  time.Duration
+	creds   *Credentials
+	broker  *connector.Broker
+	obs     Observer
+	gh      *GitHubRuns
+	commits *committer
+	lines   claimLines
 }
 
 // New returns a Service.
@@ -157,8 +162,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, gh: cfg.GitHub,
-		obs: observerOrNop(cfg.Metrics)}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, obs: observerOrNop(cfg.Metrics),
+		commits: newCommitter(cfg.Store, cfg.CommitBatch), gh: cfg.GitHub}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

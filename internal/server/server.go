@@ -51,6 +51,8 @@ type Options struct {
 	ReapInterval time.Duration
 	// SealInterval (audit chain sealing) defaults to one second.
 	SealInterval time.Duration
+	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
+	CommitBatch int
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -120,7 +122,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets,
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets, CommitBatch: opts.CommitBatch,
 		GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
@@ -148,7 +150,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	h := api.New(api.Config{
 		Control:   svc,
-		Auth:      &authn.Authenticator{Store: st, Clock: opts.Clock},
+		Auth:      &authn.Authenticator{Store: svc.AuthStore(), Clock: opts.Clock},
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,

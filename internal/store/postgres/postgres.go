@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,8 @@ type Store struct {
 
 	stopListen context.CancelFunc
 	listenDone chan struct{}
+
+	commits atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -238,8 +241,13 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 			return fmt.Errorf("%w: %w", store.ErrCommitUnknown, err)
 		}
 	}
+	s.commits.Add(1)
 	return nil
 }
+
+// Commits counts the transactions InTx committed (for `jobplane bench`'s
+// transactions per run).
+func (s *Store) Commits() int64 { return s.commits.Load() }
 
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError

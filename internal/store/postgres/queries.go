@@ -171,10 +171,13 @@ func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*sto
 	return out, interpretError(rows.Err())
 }
 
-// AttemptClaim locks the chosen row in a CTE and updates exactly it; the CTE
-// shape (not IN (SELECT … LIMIT …)) guarantees at most one row (bug #15715).
-func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
-	return scanAttempt(q.db.QueryRow(ctx, `WITH n AS (SELECT `+nowSQL+` AS now),
+// ClaimQuery claims the oldest eligible attempt of a scope. It locks the
+// chosen row in a CTE and updates exactly it; the CTE shape (not IN (SELECT …
+// LIMIT …)) guarantees at most one row (bug #15715). Parameters: $1 fake now
+// or NULL, $2 runner, $3 lease digest, $4 claim request id, $5 tenant, $6
+// pool, $7 runner labels, $8 self-hosted runner, $9 its allowed
+// repositories. Exported for `jobplane bench --explain`.
+var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 		c AS (
 			SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
@@ -189,7 +192,10 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 			lease_expires_at = n.now + LEAST(attempts.lease_ttl_us, attempts.timeout_us) * interval '1 microsecond'
 		FROM c, n
 		WHERE attempts.id = c.id AND attempts.state = 'queued'
-		RETURNING `+attemptColsQ,
+		RETURNING ` + attemptColsQ
+
+func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRow(ctx, ClaimQuery,
 		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
 		p.SelfHosted, listArg(p.AllowedRepos)))
 }

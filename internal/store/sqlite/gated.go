@@ -14,7 +14,9 @@ import (
 // nonce of every signed request — would set the tail latency of every call.
 
 func (s *Store) gated(ctx context.Context, fn func(q *queries) error) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error { return fn(&queries{db: tx, s: s, tx: &txState{}}) })
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		return fn(&queries{db: cachedDB{c: s.stmts, db: s.db, tx: tx}, s: s, tx: &txState{}})
+	})
 }
 
 // NonceInsert records a nonce behind the write gate.

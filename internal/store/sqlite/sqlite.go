@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -30,12 +31,16 @@ const nowSQL = "CAST(unixepoch('subsec')*1000000 AS INTEGER)"
 type Store struct {
 	queries
 	db *sql.DB
+	// stmts keeps the store's statements prepared (stmtcache.go).
+	stmts *stmtCache
 	// gate serializes this process's write transactions before they reach
 	// SQLite, so that they queue in Go instead of spinning in the busy handler.
 	gate chan struct{}
 
 	mu   sync.Mutex
 	wake chan struct{}
+
+	commits atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -50,9 +55,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	// Idle connections are kept so that the pragmas are not re-run per query.
 	db.SetMaxIdleConns(8)
+	// SQLite gains nothing from hundreds of connections (one writer, and
+	// readers share the CPU), while each costs file descriptors: thousands
+	// of runners calling at once would otherwise open one each and run the
+	// process out of descriptors. Calls beyond this wait for a connection.
+	db.SetMaxOpenConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, gate: make(chan struct{}, 1), wake: make(chan struct{})}
-	s.queries = queries{db: db, s: s}
+	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1), wake: make(chan struct{})}
+	s.queries = queries{db: cachedDB{c: s.stmts, db: db}, s: s}
 	if err := s.migrate(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -120,8 +130,17 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return interpretError(err)
 	}
+	s.commits.Add(1)
 	return nil
 }
+
+// SingleWriter reports that write transactions run one at a time, so that
+// callers may group their work into fewer of them.
+func (s *Store) SingleWriter() bool { return true }
+
+// Commits counts the write transactions this store committed (for `jobplane
+// bench`'s transactions per run).
+func (s *Store) Commits() int64 { return s.commits.Load() }
 
 // InTx runs fn in one write transaction. Another process holding the write
 // lock past busy_timeout surfaces as SQLITE_BUSY, which is retried a few times
@@ -131,7 +150,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	for try := 1; ; try++ {
 		st := &txState{}
 		err := s.inTx(ctx, func(sqlTx *sql.Tx) error {
-			return fn(&queries{db: sqlTx, s: s, tx: st})
+			return fn(&queries{db: cachedDB{c: s.stmts, db: s.db, tx: sqlTx}, s: s, tx: st})
 		})
 		if err == nil {
 			if st.wake {
@@ -169,7 +188,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.stmts.close()
+	return s.db.Close()
+}
 
 // interpretError is the one place driver errors become the store's sentinels.
 func interpretError(err error) error {

@@ -1,0 +1,134 @@
+// Command river measures River (a Go job queue on PostgreSQL) moving no-op
+// jobs on the database jobplane bench uses, at the same concurrency, so that
+// docs/benchmarks.md can set jobplane's lifecycle rate against it in one
+// session. It lives in a module of its own so that jobplane does not depend
+// on River.
+//
+//	go run . -db 'postgres://postgres@127.0.0.1:5432/jpbench_river?sslmode=disable' -jobs 20000 -workers 8
+//
+// It migrates River's schema, inserts the jobs in one batch (not timed),
+// starts a client with one queue of -workers workers and a 1 ms fetch
+// cooldown (River's minimum: "tuned"), and times from Start to the moment
+// every job is recorded completed in the database. It then checks that every
+// job completed exactly once (one attempt each).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	worked *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.worked.Add(1)
+	return nil
+}
+
+func main() {
+	db := flag.String("db", "", "PostgreSQL URL (a database of its own)")
+	jobs := flag.Int("jobs", 20000, "jobs to insert and work")
+	workers := flag.Int("workers", 8, "workers of the one queue")
+	flag.Parse()
+	if err := run(*db, *jobs, *workers); err != nil {
+		fmt.Fprintln(os.Stderr, "river bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dsn string, jobs, workers int) error {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(workers + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	mig, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+		return err
+	}
+	var worked atomic.Int64
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{worked: &worked})
+	client, err := river.NewClient(driver, &river.Config{
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:       ws,
+		FetchCooldown: time.Millisecond,
+		Logger:        nil,
+	})
+	if err != nil {
+		return err
+	}
+	params := make([]river.InsertManyParams, jobs)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: noopArgs{}}
+	}
+	if _, err := client.InsertManyFast(ctx, params); err != nil {
+		return fmt.Errorf("insert: %w", err)
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	var completed int
+	for {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
+			return err
+		}
+		if completed >= jobs {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return errors.New("not every job completed within ten minutes")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return err
+	}
+	var done, bad int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE attempt <> 1)
+		FROM river_job`).Scan(&done, &bad); err != nil {
+		return err
+	}
+	if done != jobs || bad != 0 || worked.Load() != int64(jobs) {
+		return fmt.Errorf("%d of %d jobs completed, %d with other than one attempt, %d worked", done, jobs, bad, worked.Load())
+	}
+	log.SetFlags(0)
+	log.Printf("river %s: %d no-op jobs, %d workers, fetch cooldown 1ms: %.1f jobs/s (%.2fs); every job completed once",
+		"v0.51.2", jobs, workers, float64(jobs)/elapsed.Seconds(), elapsed.Seconds())
+	return nil
+}

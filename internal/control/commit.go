@@ -1,0 +1,276 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// Group commit. The number of transactions per run, not the SQL, bounds
+// throughput (ARCHITECTURE.md, "Performance design"): every hot call — a
+// claim, a result, a renewal, a log chunk, a request, the nonce of a signed
+// request — hands its transaction body to the committer, which runs the
+// bodies waiting at that moment one after another in ONE transaction and
+// commits them together. Each caller is answered only after that commit.
+//
+// Running bodies back to back in one transaction is the same as running
+// them serially and committing each: a body sees the writes of the bodies
+// before it, row locks are the transaction's own, and PostgreSQL's
+// clock_timestamp() / the Go clock give each body its own time. What a
+// shared transaction changes is failure: when one body fails, the
+// transaction is rolled back, the bodies before it are run again as a group,
+// the failing body gets its own error (it failed after those bodies, as it
+// would have serially), and the bodies after it are run as another group.
+// A failed COMMIT fails every body of the group, as it would have failed
+// each of them.
+
+// DefaultCommitBatch bounds how many bodies share one transaction.
+const DefaultCommitBatch = 128
+
+// defaultCommitters is how many group transactions may be in flight at once
+// on a store that runs writers concurrently (PostgreSQL): calls only wait to
+// be grouped when that many are already running, so a lightly loaded server
+// answers as soon as its own transaction commits. A store with one writer
+// (SQLite) gets one: the calls that arrive while it commits form the next
+// group instead of queueing at the write lock one by one.
+const defaultCommitters = 4
+
+type commitOp struct {
+	ctx  context.Context
+	fn   func(tx store.Tx) error
+	err  error
+	done chan struct{}
+}
+
+func (o *commitOp) finish(err error) {
+	o.err = err
+	close(o.done)
+}
+
+// committer has no goroutine of its own while idle: the first waiting call
+// starts a worker, which drains the queue in batches and exits when it is
+// empty.
+type committer struct {
+	st      store.Store
+	max     int
+	workers int
+
+	mu      sync.Mutex
+	queue   []*commitOp
+	running int
+
+	// Batches and Bodies count group transactions and the bodies they
+	// carried, for the benchmark's transactions-per-run figure.
+	stats CommitStats
+}
+
+// CommitStats counts the committer's work since the server started.
+type CommitStats struct {
+	Transactions int64 `json:"transactions"`
+	Bodies       int64 `json:"bodies"`
+}
+
+func newCommitter(st store.Store, max int) *committer {
+	if max <= 0 {
+		max = DefaultCommitBatch
+	}
+	workers := defaultCommitters
+	if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		workers = 1
+	}
+	return &committer{st: st, max: max, workers: workers}
+}
+
+// do runs fn in a transaction shared with the other calls waiting now and
+// returns once that transaction committed (nil) or fn's own error. Like
+// InTx, fn may run more than once and must have no effect outside tx.
+func (c *committer) do(ctx context.Context, fn func(tx store.Tx) error) error {
+	if c.max == 1 {
+		return c.st.InTx(ctx, fn)
+	}
+	o := &commitOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, o)
+	if c.running < c.workers {
+		c.running++
+		go c.work()
+	}
+	c.mu.Unlock()
+	// The answer waits for the commit even when the caller has gone: a body
+	// taken into a transaction may still commit.
+	<-o.done
+	return o.err
+}
+
+func (c *committer) work() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.running--
+			c.mu.Unlock()
+			return
+		}
+		n := min(len(c.queue), c.max)
+		batch := slices.Clone(c.queue[:n])
+		c.queue = slices.Delete(c.queue, 0, n)
+		c.mu.Unlock()
+		live := batch[:0]
+		for _, o := range batch {
+			if err := o.ctx.Err(); err != nil {
+				o.finish(err)
+				continue
+			}
+			live = append(live, o)
+		}
+		c.group(live)
+	}
+}
+
+// errBodyFailed stops a group transaction at the first failing body.
+var errBodyFailed = errors.New("a body of the group failed")
+
+func (c *committer) group(ops []*commitOp) {
+	switch len(ops) {
+	case 0:
+		return
+	case 1:
+		c.count(1)
+		ops[0].finish(c.st.InTx(ops[0].ctx, ops[0].fn))
+		return
+	}
+	failed, ferr := -1, error(nil)
+	bt := &batchTx{}
+	err := c.st.InTx(context.WithoutCancel(ops[0].ctx), func(tx store.Tx) error {
+		failed, ferr = -1, nil
+		bt.reset(tx)
+		for i, o := range ops {
+			if err := o.fn(bt); err != nil {
+				failed, ferr = i, err
+				// Wrapped so that InTx still retries the whole group on a
+				// serialization failure or deadlock.
+				return fmt.Errorf("%w: %w", errBodyFailed, err)
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		c.count(len(ops))
+		for _, o := range ops {
+			o.finish(nil)
+		}
+	case failed < 0 || !errors.Is(err, errBodyFailed):
+		// The commit (or a retry of the whole group) failed: every body
+		// shares that outcome.
+		c.count(len(ops))
+		for _, o := range ops {
+			o.finish(err)
+		}
+	default:
+		c.group(ops[:failed])
+		ops[failed].finish(ferr)
+		c.group(ops[failed+1:])
+	}
+}
+
+func (c *committer) count(bodies int) {
+	c.mu.Lock()
+	c.stats.Transactions++
+	c.stats.Bodies += int64(bodies)
+	c.mu.Unlock()
+}
+
+// batchTx is the transaction the bodies of one group share. It remembers,
+// for the group, which runner scopes found nothing to claim, so that a herd
+// of idle long-polling runners woken together costs one claim query, not
+// one each. Anything that may make work eligible (WakeClaimers) forgets it.
+type batchTx struct {
+	store.Tx
+	empty map[string]bool
+}
+
+func (b *batchTx) reset(tx store.Tx) {
+	b.Tx = tx
+	clear(b.empty)
+}
+
+func (b *batchTx) WakeClaimers(ctx context.Context) error {
+	clear(b.empty)
+	return b.Tx.WakeClaimers(ctx)
+}
+
+func claimScope(p *store.AttemptClaimParams) string {
+	labels := slices.Clone(p.RunnerLabels)
+	slices.Sort(labels)
+	// Self-hosted runners and allow-lists see less of the queue (GitHub
+	// safe mode, docs/github.md): they are scopes of their own.
+	repos := slices.Clone(p.AllowedRepos)
+	slices.Sort(repos)
+	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00") + "\x01" + strconv.FormatBool(p.SelfHosted) +
+		"\x01" + strings.Join(repos, "\x00")
+}
+
+// attemptClaim claims through tx, skipping the query when an earlier body of
+// the same group found nothing in the same scope.
+func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams) (*store.Attempt, error) {
+	bt, ok := tx.(*batchTx)
+	if !ok {
+		return tx.AttemptClaim(ctx, p)
+	}
+	k := claimScope(p)
+	if bt.empty[k] {
+		return nil, store.ErrNotFound
+	}
+	a, err := bt.AttemptClaim(ctx, p)
+	if errors.Is(err, store.ErrNotFound) {
+		if bt.empty == nil {
+			bt.empty = map[string]bool{}
+		}
+		bt.empty[k] = true
+	}
+	return a, err
+}
+
+// CommitStats reports the group committer's counters.
+func (s *Service) CommitStats() CommitStats {
+	s.commits.mu.Lock()
+	defer s.commits.mu.Unlock()
+	return s.commits.stats
+}
+
+// AuthStore is the store the runner authenticator should use. On a store
+// with one writer (SQLite), where even a single-statement write is a
+// transaction of its own behind the write lock, it records the nonce of each
+// signed request, and refreshes the runner's last-seen time, in the group
+// transactions of the other hot calls instead of a commit of their own; the
+// nonce is still committed before the route runs. On PostgreSQL an
+// autocommit INSERT is one round trip where a transaction is three, and
+// `jobplane bench` measured the grouped nonce slower there: it stays as it
+// was.
+func (s *Service) AuthStore() authn.Store {
+	if s.commits.workers != 1 {
+		return s.store
+	}
+	return authStore{Store: s.store, c: s.commits}
+}
+
+type authStore struct {
+	store.Store
+	c *committer
+}
+
+func (a authStore) NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error {
+	return a.c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, runnerID, nonce, expiresAt) })
+}
+
+func (a authStore) RunnerTouch(ctx context.Context, id string, now *time.Time) error {
+	return a.c.do(ctx, func(tx store.Tx) error { return tx.RunnerTouch(ctx, id, now) })
+}

@@ -1,0 +1,265 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
+)
+
+// gatedStore holds every InTx until release is closed, so that a test can
+// queue several calls behind one group transaction, and counts transactions.
+type gatedStore struct {
+	store.Store
+	mu      sync.Mutex
+	txs     int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	g.mu.Lock()
+	g.txs++
+	first := g.txs == 1
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Store.InTx(ctx, fn)
+}
+
+// TestGroupCommit checks the committer's contract on both stores: calls
+// waiting together share one transaction; a failing call gets its own error
+// while the others commit; nobody is answered before the commit.
+func TestGroupCommit(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+		c := newCommitter(g, 0)
+		c.workers = 1
+		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+
+		// The first call occupies the only worker; the next five queue.
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		wg.Go(func() {
+			errs[0] = c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", "n0", exp) })
+		})
+		<-g.entered
+		for i := 1; i < 6; i++ {
+			wg.Go(func() {
+				nonce := fmt.Sprintf("n%d", i)
+				if i == 3 {
+					nonce = "n1" // a replay of call 1's nonce: refused
+				}
+				errs[i] = c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", nonce, exp) })
+			})
+			// One at a time, so that the queue's order is the calls' order.
+			require.Eventually(t, func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return len(c.queue) == i
+			}, 10*time.Second, time.Millisecond)
+		}
+		for i := 1; i < 6; i++ {
+			require.Nil(t, errs[i], "call %d was answered before its transaction ran", i)
+		}
+		close(g.release)
+		wg.Wait()
+
+		for i, err := range errs {
+			if i == 3 {
+				require.ErrorIs(t, err, store.ErrAlreadyExists)
+				continue
+			}
+			require.NoError(t, err, "call %d", i)
+		}
+		// Every nonce but the replay was recorded: inserting again is refused.
+		for _, n := range []string{"n0", "n1", "n2", "n4", "n5"} {
+			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", n, exp) })
+			require.ErrorIs(t, err, store.ErrAlreadyExists, "nonce %s was not committed", n)
+		}
+		stats := c.stats
+		require.Equal(t, int64(5), stats.Bodies, "committed calls")
+		// 1 (the first call) + 1 group of 5 that failed at call 3 and was
+		// split: calls 1–2 together, call 3's error, calls 4–5 together.
+		require.Equal(t, int64(3), stats.Transactions, "calls 1,2 and 4,5 should each share a transaction")
+	})
+}
+
+// TestGroupCommitFailedCommit: when the group's transaction itself fails,
+// every call of the group gets the error.
+func TestGroupCommitFailedCommit(t *testing.T) {
+	ctx := context.Background()
+	st := testdb.SQLite(t)
+	boom := errors.New("commit failed")
+	f := &failingStore{Store: st, err: boom}
+	c := newCommitter(f, 0)
+	ops := []*commitOp{
+		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
+		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
+	}
+	c.group(ops)
+	for _, o := range ops {
+		<-o.done
+		require.ErrorIs(t, o.err, boom)
+	}
+}
+
+type failingStore struct {
+	store.Store
+	err error
+}
+
+func (f *failingStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	if err := f.Store.InTx(ctx, func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return errors.New("roll back")
+	}); err != nil && err.Error() != "roll back" {
+		return err
+	}
+	return f.err
+}
+
+// TestClaimMemoForgetsOnWake: within one group, a scope that found nothing
+// is not queried again, until a body wakes claimers.
+func TestClaimMemoForgetsOnWake(t *testing.T) {
+	ctx := context.Background()
+	st := testdb.SQLite(t)
+	p := &store.AttemptClaimParams{Tenant: "tnt_x", Pool: "p", RunnerID: "rnr_x", LeaseDigest: "d"}
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		cnt := &countingTx{Tx: tx}
+		bt := &batchTx{}
+		bt.reset(cnt)
+		for range 3 {
+			_, err := attemptClaim(ctx, bt, p)
+			require.ErrorIs(t, err, store.ErrNotFound)
+		}
+		require.Equal(t, 1, cnt.claims, "the scope was queried again within the group")
+		require.NoError(t, bt.WakeClaimers(ctx))
+		_, err := attemptClaim(ctx, bt, p)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		require.Equal(t, 2, cnt.claims, "a wake must make the scope be queried again")
+		other := *p
+		other.RunnerLabels = []string{"gpu"}
+		_, err = attemptClaim(ctx, bt, &other)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		require.Equal(t, 3, cnt.claims, "another scope has its own memo")
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+type countingTx struct {
+	store.Tx
+	claims int
+}
+
+func (c *countingTx) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
+	c.claims++
+	return c.Tx.AttemptClaim(ctx, p)
+}
+
+// TestClaimLines: only the head watches; a successful claimer pokes the next
+// two waiters that are not looking; a leaving head pokes its successor.
+func TestClaimLines(t *testing.T) {
+	var d claimLines
+	ws := make([]*claimWaiter, 4)
+	for i := range ws {
+		ws[i] = d.join("s")
+		d.setTrying(ws[i], false)
+	}
+	other := d.join("o")
+	d.setTrying(other, false)
+	require.True(t, d.isHead("s", ws[0]))
+	require.False(t, d.isHead("s", ws[1]))
+	require.Equal(t, 5, d.waiting())
+
+	poked := func(w *claimWaiter) bool {
+		select {
+		case <-w.poke:
+			return true
+		default:
+			return false
+		}
+	}
+	d.setTrying(ws[0], true)
+	d.pokeNext("s", 2)
+	require.False(t, poked(ws[0]), "a waiter already looking is not poked")
+	require.True(t, poked(ws[1]))
+	require.True(t, poked(ws[2]))
+	require.False(t, poked(ws[3]))
+	require.False(t, poked(other), "another scope's line is not poked")
+
+	d.leave("s", ws[0])
+	require.True(t, d.isHead("s", ws[1]))
+	require.True(t, poked(ws[1]), "the new head is poked so that it starts watching")
+	d.leave("s", ws[2])
+	require.False(t, poked(ws[1]) || poked(ws[3]), "leaving from the middle pokes nobody")
+	d.leave("s", ws[1])
+	d.leave("s", ws[3])
+	d.leave("o", other)
+	require.Equal(t, 0, d.waiting())
+}
+
+// TestLongPollBurst: runs requested while runners wait in long polls are
+// handed out, each to exactly one waiter, through the claim lines (only the
+// head watches; each successful claimer pokes the next), and the other
+// waiters keep waiting. Both stores, two control planes (replicas): the
+// runners wait on one, the runs are requested on the other.
+func TestLongPollBurst(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, jobSpec(time.Minute, time.Hour, 1))
+		ctx, cancel := context.WithCancel(e.ctx())
+		defer cancel()
+		const waiters, runs = 12, 5
+		type got struct {
+			asg *protocol.Assignment
+			err error
+		}
+		out := make(chan got, waiters)
+		for i := range waiters {
+			r := e.runner(fmt.Sprintf("w%d", i))
+			go func() {
+				asg, err := e.a.Claim(ctx, call(r, nil), &protocol.ClaimRequest{WaitSeconds: 25})
+				out <- got{asg, err}
+			}()
+		}
+		require.Eventually(t, func() bool { return e.a.ClaimsWaiting() == waiters }, 20*time.Second, 5*time.Millisecond)
+		want := map[string]bool{}
+		for range runs {
+			v, created, err := e.b.RequestRun(e.ctx(), e.actor, &protocol.RunRequest{Job: testJob, Channel: "prod"})
+			require.NoError(t, err)
+			require.True(t, created)
+			want[v.Run.ID] = true
+		}
+		seen := map[string]bool{}
+		for range runs {
+			g := <-out
+			require.NoError(t, g.err)
+			require.NotNil(t, g.asg, "a waiter returned without an assignment while runs were queued")
+			require.True(t, want[g.asg.RunID], "unexpected run %s", g.asg.RunID)
+			require.False(t, seen[g.asg.RunID], "run %s handed out twice", g.asg.RunID)
+			seen[g.asg.RunID] = true
+		}
+		require.Eventually(t, func() bool { return e.a.ClaimsWaiting() == waiters-runs }, 20*time.Second, 5*time.Millisecond)
+		cancel()
+		for range waiters - runs {
+			g := <-out
+			require.NoError(t, g.err)
+			require.Nil(t, g.asg, "a waiter got an assignment after every run was handed out")
+		}
+		require.Equal(t, 0, e.a.ClaimsWaiting())
+	})
+}
