@@ -30,6 +30,9 @@ type GitHubWebhookResponse struct {
 }
 
 func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
+	// Installations come only from deliveries; without the App there are
+	// none and this answers 404.
+	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))
 	if cfg == nil {
 		return
 	}
@@ -40,7 +43,6 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 		cfg.MaxBody = github.MaxWebhookBody
 	}
 	m.HandleFunc("POST /v1/github/webhook", h.githubWebhook(cfg))
-	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))
 }
 
 // createInstallationRegToken answers POST
