@@ -80,6 +80,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("POST /v1/runs/{id}/approve", h.user(h.verdict(true)))
 	m.HandleFunc("POST /v1/runs/{id}/reject", h.user(h.verdict(false)))
 	m.HandleFunc("GET /v1/runs/{id}/logs", h.user(h.logs))
+	h.routesArtifacts(m)
 
 	m.HandleFunc("POST /v1/principals", h.user(h.createPrincipal))
 	m.HandleFunc("POST /v1/principals/{name}/tokens", h.user(h.createToken))
@@ -110,6 +111,8 @@ func (h *Handler) signedRoutes() map[string]func(http.ResponseWriter, *http.Requ
 		"/v1/runner/attempt/logs":       h.appendLogs,
 		"/v1/runner/attempt/relinquish": h.relinquish,
 		"/v1/runner/attempt/result":     h.result,
+		"/v1/runner/attempt/artifacts":  h.requestUpload,
+		"/v1/runner/attempt/source":     h.attemptSource,
 		"/v1/runner/keys":               h.rotateKey,
 	}
 }

@@ -36,10 +36,14 @@ leases:
   - key: "work:{params.n}"
 `,
 	"jobs/gated.yaml": "name: gated\ndescription: Needs a lead\nrun: {command: [\"true\"]}\n",
+	"jobs/built.yaml": "name: built\nrun: {command: [\"true\"]}\nruns_on: {pool: src}\nartifacts: [{name: out.txt}]\nsource: {repo: code}\n",
 	"groups.yaml":     "groups:\n  leads: {members: [alice]}\n",
 	"policies/all.yaml": `rules:
   - id: work
     jobs: [work]
+    users: ["*"]
+  - id: built
+    jobs: [built]
     users: ["*"]
   - id: gated
     jobs: [gated]
@@ -100,6 +104,7 @@ type auditSweep struct {
 	tokenID  string
 	user     *apiclient.Client
 	n        int
+	src      srcAttempt // an attempt of a job with artifacts and a source
 }
 
 func (e *auditSweep) work() *protocol.Run {
@@ -205,6 +210,18 @@ func TestAU1AuditCoverage(t *testing.T) {
 				heldBy(t, ev[1])
 				require.Equal(t, "done", detailOf(t, ev[1], "reason"))
 			}},
+			"POST /v1/runner/attempt/artifacts": {setup: func(e *auditSweep) { e.srcClaimed(t) }, do: func(e *auditSweep) error {
+				_, err := e.src.rc.RequestUpload(ctx, e.src.ref, protocol.ArtifactRequest{Name: "out.txt"})
+				return err
+			}, want: []string{"artifact.capability_issued"}},
+			"PUT /v1/uploads/{capability}": {setup: func(e *auditSweep) { e.srcUploadable(t) }, do: func(e *auditSweep) error {
+				_, err := e.src.rc.Upload(ctx, e.src.uploadURL, strings.NewReader("out"), 3)
+				return err
+			}, want: []string{"artifact.stored"}},
+			"POST /v1/runner/attempt/source": {setup: func(e *auditSweep) { e.srcClaimed(t) }, do: func(e *auditSweep) error {
+				_, err := e.src.rc.Source(ctx, e.src.ref)
+				return err
+			}, want: []string{"source.ticket_issued"}},
 			"POST /v1/runner/attempt/relinquish": {setup: func(e *auditSweep) { e.claimed() }, do: func(e *auditSweep) error {
 				return e.rc.Relinquish(ctx, e.ref, "shutting down")
 			}, want: []string{"lease.released", "attempt.relinquished"}, check: func(t *testing.T, ev []*store.AuditEvent) {

@@ -109,7 +109,7 @@ func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv
 	tokens, err := control.NewCredentials(context.Background(), st, box, fc, testIssuer)
 	require.NoError(t, err)
 	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens,
-		Broker: connector.NewBroker(st, box)})
+		Broker: connector.NewBroker(st, box), Artifacts: testArtifacts(t, repo)})
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
 	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})

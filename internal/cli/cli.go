@@ -48,6 +48,7 @@ type cliRoot struct {
 	Run        RunCmd        `cmd:"" help:"Request a run of a job."`
 	Runs       RunsCmd       `cmd:"" help:"List or show runs."`
 	Logs       LogsCmd       `cmd:"" help:"Print a run's log."`
+	Artifacts  ArtifactsCmd  `cmd:"" help:"List a run's artifacts, or download one."`
 	Cancel     CancelCmd     `cmd:"" help:"Cancel a run."`
 	Approve    ApproveCmd    `cmd:"" help:"Approve a run waiting for your approval."`
 	Reject     RejectCmd     `cmd:"" help:"Reject a run waiting for your approval."`

@@ -30,6 +30,7 @@ type ServerCmd struct {
 	SyncInterval     time.Duration `name:"sync-interval" default:"30s" help:"How often to fetch the definitions repository and record catalog activations and rejections."`
 	DataDir          string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
 	PublicURL        string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
+	SourceRepo       []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
 	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	GitHubAppID      int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
 	GitHubPrivateKey string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
@@ -43,9 +44,13 @@ func (c *ServerCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	repos, err := config.ParseSourceRepos(c.SourceRepo)
+	if err != nil {
+		return err
+	}
 	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
 		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL,
-		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval,
+		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval, SourceRepos: repos,
 		GitHub: config.GitHubApp{AppID: c.GitHubAppID, PrivateKeyFile: c.GitHubPrivateKey, API: c.GitHubAPI, Channel: c.GitHubChannel,
 			WebhookSecret:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET"),
 			PreviousWebhookSecret: os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS"),

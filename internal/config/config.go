@@ -47,6 +47,8 @@ type Server struct {
 	// PublicURL is how jobs and runners reach the server (JOBPLANE_API); it
 	// defaults to http://Listen.
 	PublicURL string
+	// SourceRepos maps a repository name to its URL or path (--source-repo).
+	SourceRepos map[string]string
 	// GitHub configures the GitHub App integration (config/github.go).
 	GitHub GitHubApp
 }

@@ -358,7 +358,7 @@ func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*pro
 		Params:     r.Params,
 		Connectors: slices.Sorted(maps.Keys(spec.Connectors)),
 		Leases:     []protocol.FencedKey{},
-		Artifacts:  []protocol.ArtifactSpec{},
+		Artifacts:  spec.claimArtifacts(), Source: spec.claimSource(),
 	}, nil
 }
 
@@ -534,8 +534,8 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		if err != nil {
 			return err
 		}
-		if len(rec.Artifacts) > 0 {
-			return fmt.Errorf("artifact %s is not a verified artifact of attempt %s: %w", rec.Artifacts[0], a.ID, protocol.ErrArtifactInvalid)
+		if err := s.checkResultArtifacts(ctx, tx, a, rec.Artifacts); err != nil {
+			return err
 		}
 		raw, err := json.Marshal(rec)
 		if err != nil {

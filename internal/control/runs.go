@@ -148,6 +148,9 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		return nil, false, err
 	}
+	if err := s.pinSource(&spec, ref); err != nil {
+		return nil, false, err
+	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return nil, false, err

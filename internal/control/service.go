@@ -123,6 +123,8 @@ type Config struct {
 	// CommitBatch bounds the calls that share one group transaction
 	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
 	CommitBatch int
+	// Artifacts configures artifact storage and source tickets.
+	Artifacts ArtifactConfig
 	// Metrics receives measurements (internal/metrics); nil records nothing.
 	Metrics Observer
 }
@@ -138,6 +140,7 @@ type Service struct {
 	appTTL  time.Duration
 	creds   *Credentials
 	broker  *connector.Broker
+	art     ArtifactConfig
 	obs     Observer
 	gh      *GitHubRuns
 	commits *committer
@@ -162,8 +165,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, obs: observerOrNop(cfg.Metrics),
-		commits: newCommitter(cfg.Store, cfg.CommitBatch), gh: cfg.GitHub}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
+		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch), gh: cfg.GitHub}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

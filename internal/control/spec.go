@@ -6,6 +6,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Spec is the part of a job definition a run executes, pinned on the run at
@@ -32,6 +33,9 @@ type Spec struct {
 	// SafeMode keeps the run on managed runners without connectors
 	// (a pull request from a fork, docs/github.md).
 	SafeMode bool `json:"safe_mode,omitempty"`
+	// Artifacts the job declares, and the code it runs in (pinned at request time).
+	Artifacts []protocol.ArtifactSpec `json:"artifacts,omitempty"`
+	Source    *SpecSource             `json:"source,omitempty"`
 }
 
 // SpecConnector is one connector a job declares.

@@ -134,6 +134,7 @@ func (p *pinned) Job(name string) (control.Spec, bool) {
 		leases = append(leases, lease.Template{Key: l.Key, OnConflict: l.OnConflict, Limit: l.Limit, Once: l.Once})
 	}
 	return control.Spec{
+		Artifacts: specArtifacts(j), Source: specSource(j),
 		Leases:     leases,
 		Connectors: conns,
 		Name:       j.Name, Command: j.Run.Command, Env: j.Run.Env,

@@ -120,10 +120,15 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
+	arts, sources, err := openArtifacts(cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
-		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Metrics: mets, CommitBatch: opts.CommitBatch,
-		GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
+		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Artifacts: arts, Metrics: mets,
+		CommitBatch: opts.CommitBatch, GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -172,6 +177,9 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return err
 	})
 	s.loop(bg, "catalog sync", cfg.SyncInterval, svc.RefreshCatalogs)
+	if sources != nil {
+		s.loop(bg, "source sync", cfg.SyncInterval, sources.Sync)
+	}
 	s.loop(bg, "scheduler", control.ScheduleInterval, func(ctx context.Context) error {
 		_, err := svc.FireSchedules(ctx)
 		return err

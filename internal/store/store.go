@@ -360,6 +360,7 @@ type RunListParams struct {
 
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.
 type Queries interface {
+	ArtifactQueries
 	AuditQueries
 	MetricsQueries
 	CatalogQueries

@@ -53,6 +53,7 @@ type attempt struct {
 	reason     string    // first stop reason
 	relinquish bool      // give the attempt back instead of a result
 	proc       *process
+	artifacts  []string // stored artifact IDs, for the result
 	// masker hides the credentials the job holds; atomic because lines are
 	// emitted with and without mu held.
 	masker atomic.Pointer[creds.Masker]
@@ -417,6 +418,7 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 
 	code, summary = exitStatus(werr)
 	a.system("jobplane: process ended: " + summary)
+	a.artifacts = a.uploadArtifacts(artifacts)
 	a.mu.Lock()
 	reason := a.reason
 	a.mu.Unlock()
@@ -440,6 +442,9 @@ func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]stri
 			return nil, err
 		}
 	}
+	if err := a.fetchSource(workspace); err != nil {
+		return nil, err
+	}
 	if err := writeParamsFile(paramsFile, a.asg.Params); err != nil {
 		return nil, err
 	}
@@ -447,6 +452,7 @@ func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]stri
 	if err != nil {
 		return nil, err
 	}
+	env = append(env, sourceEnv(a.asg)...)
 	mask := []string{}
 	if a.asg.RunToken != nil {
 		mask = append(mask, a.asg.RunToken.Token)
@@ -505,7 +511,7 @@ func (a *attempt) finish(ctx context.Context, outcome string, code int, summary 
 		}
 		return
 	}
-	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: []string{}, RequestID: a.resultID}
+	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifacts, RequestID: a.resultID}
 	var state string
 	ok := a.call(ctx, "post result", func(c context.Context) error {
 		resp, err := a.w.rc.Result(c, a.ref, req)

@@ -53,6 +53,14 @@
 // with one request_id fixed for the attempt and retried until accepted, or
 // until the lease is reported gone or the trust window ends.
 //
-// Not done yet: artifact upload (JOBPLANE_ARTIFACTS_DIR is created but its
-// contents are not uploaded), fetching sources, and key rotation.
+// # Sources and artifacts
+//
+// A job with a source gets that commit unpacked as its working directory
+// before it starts (source.go): a fresh single-use ticket per try, the
+// archive unpacked through an os.Root, and its commit compared with the
+// claim's. When the process has exited, the declared artifacts found in
+// JOBPLANE_ARTIFACTS_DIR are hashed, announced and uploaded (artifacts.go);
+// their IDs go into the result.
+//
+// Not done yet: key rotation.
 package worker

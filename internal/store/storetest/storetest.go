@@ -88,6 +88,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Catalogs", testCatalogs},
 		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 		{"Schedules", testSchedules},
+		{"Artifacts", testArtifacts}, {"SourceTickets", testSourceTickets},
 		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox},
 	}
 	for _, c := range cases {

@@ -1,0 +1,119 @@
+package apiclient
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+)
+
+// RequestUpload asks for an upload capability for a declared artifact
+// (POST /v1/runner/attempt/artifacts).
+func (c *RunnerClient) RequestUpload(ctx context.Context, ref AttemptRef, req protocol.ArtifactRequest) (*protocol.ArtifactCapability, error) {
+	var out protocol.ArtifactCapability
+	if _, err := c.do(ctx, &ref, req, &out, "v1", "runner", "attempt", "artifacts"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Upload sends the bytes of an artifact to its capability URL (PUT); size
+// is sent as Content-Length. The capability is single use: a failed upload
+// needs a new one.
+func (c *RunnerClient) Upload(ctx context.Context, uploadURL string, body io.Reader, size int64) (*protocol.UploadResponse, error) {
+	u, err := resolve(c.BaseURL, uploadURL)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, io.NopCloser(body))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	var out protocol.UploadResponse
+	if _, err := send(c.HTTP, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Source asks for the attempt's source (POST /v1/runner/attempt/source): a
+// ticket URL for a managed runner, or repository and commit only.
+func (c *RunnerClient) Source(ctx context.Context, ref AttemptRef) (*protocol.SourceAnswer, error) {
+	var out protocol.SourceAnswer
+	if _, err := c.do(ctx, &ref, struct{}{}, &out, "v1", "runner", "attempt", "source"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DownloadSource redeems a source ticket URL and returns the gzipped tar
+// stream; the caller closes it.
+func (c *RunnerClient) DownloadSource(ctx context.Context, ticketURL string) (io.ReadCloser, error) {
+	u, err := resolve(c.BaseURL, ticketURL)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	return openStream(c.HTTP, req)
+}
+
+// ListArtifacts lists a run's stored artifacts (GET /v1/runs/{id}/artifacts).
+func (c *Client) ListArtifacts(ctx context.Context, runID string) (*protocol.ArtifactList, error) {
+	var out protocol.ArtifactList
+	if err := c.do(ctx, http.MethodGet, nil, nil, &out, "v1", "runs", runID, "artifacts"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DownloadArtifact opens the bytes of a run's artifact; the caller closes it.
+func (c *Client) DownloadArtifact(ctx context.Context, runID, name string) (io.ReadCloser, error) {
+	u, err := endpoint(c.BaseURL, nil, "v1", "runs", runID, "artifacts", name)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	c.authorize(req)
+	return openStream(c.HTTP, req)
+}
+
+func openStream(hc *http.Client, req *http.Request) (io.ReadCloser, error) {
+	if hc == nil {
+		hc = defaultHTTP
+	}
+	req.Header.Set("Accept", "*/*")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, &transportError{err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp.Body, nil
+}
+
+// resolve makes a URL the server returned absolute against the base URL.
+func resolve(base, ref string) (string, error) {
+	b, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("parse base url: %w", err)
+	}
+	r, err := url.Parse(ref)
+	if err != nil {
+		return "", fmt.Errorf("parse url %q: %w", ref, err)
+	}
+	return b.ResolveReference(r).String(), nil
+}

@@ -1,0 +1,202 @@
+package artifact
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+)
+
+// Errors of a Storage.
+var (
+	// ErrTooLarge: the stream had more bytes than allowed; nothing was kept.
+	ErrTooLarge = errors.New("artifact too large")
+	// ErrExists: an object already has that key (objects are never overwritten).
+	ErrExists = errors.New("artifact already exists")
+	// ErrNotFound: no object has that key.
+	ErrNotFound = errors.New("artifact not found")
+)
+
+// Storage keeps artifact bytes. Implementations must never make an object
+// visible before Publish, and never overwrite one.
+type Storage interface {
+	// Stage streams r into a temporary object, hashing it, and stops with
+	// ErrTooLarge (keeping nothing) as soon as more than max bytes arrive.
+	Stage(ctx context.Context, r io.Reader, max int64) (Staged, error)
+	// Open reads a published object.
+	Open(ctx context.Context, key string) (io.ReadCloser, error)
+	// Delete removes a published object; a missing one is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// Staged is an upload that was received but is not visible yet.
+type Staged interface {
+	// Size is the number of bytes received.
+	Size() int64
+	// SHA256 is the lowercase hex digest of the bytes received.
+	SHA256() string
+	// Publish makes the object visible under key, create-exclusive
+	// (ErrExists if something is already there).
+	Publish(ctx context.Context, key string) error
+	// Discard drops the temporary object; after Publish it does nothing.
+	Discard() error
+}
+
+// tmpDir holds staged uploads; it is not a valid tenant segment, so it can
+// never collide with a key.
+const tmpDir = ".tmp"
+
+// FS is a Storage on the local filesystem, rooted at one directory.
+type FS struct {
+	root *os.Root
+}
+
+var _ Storage = (*FS)(nil)
+
+// OpenFS opens (creating it if needed) a filesystem store at dir and removes
+// the temporaries a crash may have left.
+func OpenFS(dir string) (*FS, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create artifact directory: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact directory: %w", err)
+	}
+	if err := root.RemoveAll(tmpDir); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("remove stale uploads: %w", err)
+	}
+	if err := root.Mkdir(tmpDir, 0o700); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("create upload directory: %w", err)
+	}
+	return &FS{root: root}, nil
+}
+
+// Close releases the directory.
+func (s *FS) Close() error { return s.root.Close() }
+
+// Stage writes r to a temporary file under the root.
+func (s *FS) Stage(ctx context.Context, r io.Reader, max int64) (Staged, error) {
+	var rnd [12]byte
+	_, _ = rand.Read(rnd[:])
+	name := path.Join(tmpDir, hex.EncodeToString(rnd[:]))
+	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("stage upload: %w", err)
+	}
+	st := &fsStaged{s: s, tmp: name}
+	h := sha256.New()
+	// One byte more than allowed tells "exactly max" from "too large"
+	// without reading any further.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, max+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > max {
+		err = fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
+	}
+	if err != nil {
+		_ = st.Discard()
+		return nil, err
+	}
+	st.size, st.sum = n, hex.EncodeToString(h.Sum(nil))
+	return st, nil
+}
+
+// Open reads a published object.
+func (s *FS) Open(_ context.Context, key string) (io.ReadCloser, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	f, err := s.root.Open(key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	return f, err
+}
+
+// Delete removes a published object.
+func (s *FS) Delete(_ context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	err := s.root.Remove(key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func checkKey(key string) error {
+	if key == "" || path.Clean(key) != key || path.IsAbs(key) || !fsValid(key) || path.Dir(key) == "." ||
+		key == tmpDir || path.Dir(key) == tmpDir {
+		return fmt.Errorf("%w: key %q", ErrInvalidName, key)
+	}
+	return nil
+}
+
+func fsValid(key string) bool { return fs.ValidPath(key) }
+
+type fsStaged struct {
+	s         *FS
+	tmp       string
+	size      int64
+	sum       string
+	published bool
+}
+
+func (st *fsStaged) Size() int64    { return st.size }
+func (st *fsStaged) SHA256() string { return st.sum }
+
+// Publish hard-links the temporary file to its key, which fails if the key
+// exists (rename would silently replace it), then drops the temporary name.
+func (st *fsStaged) Publish(_ context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := st.s.root.MkdirAll(path.Dir(key), 0o700); err != nil {
+		return fmt.Errorf("publish %s: %w", key, err)
+	}
+	if err := st.s.root.Link(st.tmp, key); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("publish %s: %w", key, ErrExists)
+		}
+		return fmt.Errorf("publish %s: %w", key, err)
+	}
+	st.published = true
+	_ = st.s.root.Remove(st.tmp)
+	return nil
+}
+
+func (st *fsStaged) Discard() error {
+	if st.published {
+		return nil
+	}
+	err := st.s.root.Remove(st.tmp)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// ctxReader stops a copy when its context ends (a client gone, a server
+// shutting down).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
