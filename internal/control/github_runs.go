@@ -33,6 +33,9 @@ type GitHubRuns struct {
 	// Catalogs reads tenants' own definitions (nil: every tenant uses the
 	// server's).
 	Catalogs GitHubCatalogs
+	// Sources serves managed runners the archive of a run's commit (nil:
+	// source tickets of GitHub runs are refused).
+	Sources GitHubSources
 }
 
 // GitHubCatalogs resolves the definitions of an installation's tenant.
@@ -57,6 +60,7 @@ type githubRunOrigin struct {
 	HeadSHA      string
 	PR           int
 	Fork         bool
+	HeadRef      string
 }
 
 // pin adds the repository and commit to the spec, and applies safe mode to
@@ -72,6 +76,10 @@ func (g *githubRunOrigin) pin(spec *Spec, d *Decision) {
 	env["JOBPLANE_GITHUB_PR"] = strconv.Itoa(g.PR)
 	spec.Env = env
 	spec.Repo = g.Repo
+	// The pull request's code is the run's source, whatever the job
+	// declares: a managed runner gets a ticket for this exact commit, a
+	// self-hosted one the repository and commit only.
+	spec.Source = &SpecSource{Repo: g.Repo, Branch: g.HeadRef, Commit: g.HeadSHA}
 	if g.Fork && !d.ForksFull {
 		spec.SafeMode = true
 		spec.Connectors = nil
@@ -316,7 +324,8 @@ func (s *Service) requestPullRequestRun(ctx context.Context, d GitHubDelivery, e
 		"fork": ev.Fork(), "draft": ev.PullRequest.Draft, "sender": ev.Sender.Login,
 	}
 	v, _, err := s.requestRun(ctx, actor, req, requestOrigin{Source: src, Catalog: cat, GitHub: &githubRunOrigin{
-		Installation: in.ID, Repo: ev.Repository.FullName, HeadSHA: ev.HeadSHA(), PR: ev.Number, Fork: ev.Fork()}})
+		Installation: in.ID, Repo: ev.Repository.FullName, HeadSHA: ev.HeadSHA(), PR: ev.Number, Fork: ev.Fork(),
+		HeadRef: ev.PullRequest.Head.Ref}})
 	var denied *DeniedError
 	switch {
 	case errors.As(err, &denied):

@@ -1,9 +1,14 @@
 package control_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -563,5 +568,79 @@ func TestPullRequestConcurrentCopies(t *testing.T) {
 		}
 		e.dispatch()
 		require.Len(t, e.fake.CheckRuns("acme/app"), 2)
+	})
+}
+
+// appSources serves GitHub archives straight from App.Tarball (the server
+// re-packs them; this test only needs the verified bytes).
+type appSources struct{ app *github.App }
+
+func (a appSources) Archive(ctx context.Context, installation int64, repo, commit string, open func() io.Writer) error {
+	rc, err := a.app.Tarball(ctx, installation, repo, commit)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(open(), rc)
+	return err
+}
+
+// TestGitHubSourceBroker: a managed runner's source ticket of a GitHub run
+// is redeemed with the archive of the exact head commit; a self-hosted
+// runner is told the repository and commit only; a repository the
+// installation lost is refused.
+func TestGitHubSourceBroker(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newPREnv(t, st)
+		var err error
+		e.svc, err = control.New(control.Config{Store: st, Clock: e.clock, Definitions: serverDefs(t, e),
+			GitHub: &control.GitHubRuns{Sources: appSources{e.app}}})
+		require.NoError(t, err)
+		e.deliver(e.pr(1, "acme/app", "opened", nil))
+		sha := e.sha["acme/app"]
+		ctx := context.Background()
+
+		self := e.runner(1, true, "acme/app")
+		asg, err := e.claim(self)
+		require.NoError(t, err)
+		require.NotNil(t, asg)
+		require.NotNil(t, asg.Source)
+		require.Equal(t, "acme/app", asg.Source.Repo)
+		require.Equal(t, sha, asg.Source.Commit)
+		ans, err := e.svc.AttemptSource(ctx, &authn.SignedCall{Runner: self, Run: asg.RunID, Attempt: asg.AttemptID, Lease: asg.Lease.Token})
+		require.NoError(t, err)
+		require.Equal(t, protocol.SourceKindDescriptor, ans.Kind)
+		require.Empty(t, ans.URL, "a self-hosted runner gets no ticket")
+		require.Equal(t, sha, ans.Commit)
+
+		managed := e.runner(1, false)
+		asg, err = e.claim(managed)
+		require.NoError(t, err)
+		require.NotNil(t, asg)
+		call := &authn.SignedCall{Runner: managed, Run: asg.RunID, Attempt: asg.AttemptID, Lease: asg.Lease.Token}
+		ans, err = e.svc.AttemptSource(ctx, call)
+		require.NoError(t, err)
+		require.Equal(t, protocol.SourceKindTicket, ans.Kind)
+		ticket := ans.URL[strings.LastIndex(ans.URL, "/")+1:]
+		var buf bytes.Buffer
+		require.NoError(t, e.svc.RedeemSource(ctx, ticket, func() io.Writer { return &buf }))
+		zr, err := gzip.NewReader(&buf)
+		require.NoError(t, err)
+		h, err := tar.NewReader(zr).Next()
+		require.NoError(t, err)
+		require.Equal(t, sha, h.PAXRecords["comment"], "the archive of the exact head commit")
+		require.ErrorIs(t, e.svc.RedeemSource(ctx, ticket, func() io.Writer { return io.Discard }), protocol.ErrTicketExpired, "single use")
+
+		// The installation loses the repository: a fresh ticket is refused
+		// at redemption, before GitHub is asked.
+		e.deliver(fakegithub.NewDelivery("installation_repositories", e.fake.InstallationRepositoriesPayload(1, nil, []string{"app"})))
+		ans, err = e.svc.AttemptSource(ctx, call)
+		require.NoError(t, err)
+		ticket = ans.URL[strings.LastIndex(ans.URL, "/")+1:]
+		opened := false
+		err = e.svc.RedeemSource(ctx, ticket, func() io.Writer { opened = true; return io.Discard })
+		require.ErrorIs(t, err, protocol.ErrForbidden)
+		require.False(t, opened)
 	})
 }

@@ -29,7 +29,7 @@ import (
 func prJob(name, dir string) string {
 	// It holds until the test has seen its Check Run in progress (the file
 	// "release"), so that no state can be coalesced away by timing.
-	script, _ := json.Marshal(fmt.Sprintf(`while [ ! -f %s ]; do sleep 0.1; done; echo "$JOBPLANE_RUN_ID %s $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA" >> %s; env >> %s`,
+	script, _ := json.Marshal(fmt.Sprintf(`while [ ! -f %s ]; do sleep 0.1; done; echo "$JOBPLANE_RUN_ID %s $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA $(cat mark)" >> %s; env >> %s`,
 		filepath.Join(dir, "release"), name, filepath.Join(dir, "ran"), filepath.Join(dir, "env")))
 	return fmt.Sprintf("name: %s\nrun:\n  command: [sh, -c, %s]\n  timeout: 2m\non:\n  pull_request: {types: [opened, synchronize]}\n", name, script)
 }
@@ -52,8 +52,10 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 		fake.AddInstallation(21, "acme", perms)
 		fake.AddInstallation(22, "globex", perms)
 		effects := t.TempDir()
-		apiDir, shaA := fakegithub.InitRepo(t, map[string]string{"main.go": "package main\n"})
-		svcDir, shaB := fakegithub.InitRepo(t, map[string]string{"main.py": "print()\n"})
+		// Each repository's working tree marks itself: the job prints the
+		// mark of the source it was given (the source broker).
+		apiDir, shaA := fakegithub.InitRepo(t, map[string]string{"main.go": "package main\n", "mark": "acme-api"})
+		svcDir, shaB := fakegithub.InitRepo(t, map[string]string{"main.py": "print()\n", "mark": "globex-svc"})
 		dotDir, _ := fakegithub.InitRepo(t, map[string]string{"jobs/lint.yaml": prJob("lint", effects),
 			"groups.yaml": "groups: {}\n", "policies/github.yaml": allowGitHub})
 		fake.AddRepo(21, "api", apiDir)
@@ -159,13 +161,13 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 		var runIDs []string
 		for _, l := range ran {
 			f := strings.Fields(l)
-			require.Len(t, f, 4, l)
+			require.Len(t, f, 5, l)
 			runIDs = append(runIDs, f[0])
 			switch f[1] {
 			case "lint":
-				require.Equal(t, []string{"acme/api", shaA}, f[2:])
+				require.Equal(t, []string{"acme/api", shaA, "acme-api"}, f[2:])
 			case "ci":
-				require.Equal(t, []string{"globex/svc", shaB}, f[2:])
+				require.Equal(t, []string{"globex/svc", shaB, "globex-svc"}, f[2:])
 			default:
 				t.Fatalf("unexpected job line %q", l)
 			}

@@ -63,7 +63,8 @@ func (gh *gitHubWiring) runs(st store.Store, channel string, log *slog.Logger) *
 	if channel == "" {
 		channel = control.DefaultGitHubChannel
 	}
-	return &control.GitHubRuns{Channel: channel, Catalogs: newGitHubCatalogs(gh.app, st, channel, log)}
+	return &control.GitHubRuns{Channel: channel, Catalogs: newGitHubCatalogs(gh.app, st, channel, log),
+		Sources: &githubSources{app: gh.app}}
 }
 
 // startGitHub starts the GitHub background work.
