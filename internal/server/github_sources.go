@@ -57,6 +57,9 @@ func stripTopDir(dst io.Writer, src io.Reader) error {
 		if h.Typeflag != tar.TypeXGlobalHeader {
 			first, rest, _ := strings.Cut(h.Name, "/")
 			if top == "" {
+				if first == "" || first == "." || first == ".." {
+					return fmt.Errorf("github archive: entry %q has no top directory", h.Name)
+				}
 				top = first
 			}
 			if first != top {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +87,54 @@ func TestStripTopDirRefusesEscapes(t *testing.T) {
 	require.NoError(t, zw.Close())
 	err := stripTopDir(io.Discard, &in)
 	require.ErrorContains(t, err, `entry "elsewhere/b" is outside the top directory "top"`)
+
+	in.Reset()
+	zw = gzip.NewWriter(&in)
+	tw = tar.NewWriter(zw)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "/etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}))
+	require.NoError(t, tw.Close())
+	require.NoError(t, zw.Close())
+	require.ErrorContains(t, stripTopDir(io.Discard, &in), "has no top directory")
+}
+
+// FuzzStripTopDir: whatever GitHub's side sends, re-packing never panics,
+// and what it writes keeps every entry under the top directory it removed
+// (no absolute or parent-relative name appears that was not in the input).
+func FuzzStripTopDir(f *testing.F) {
+	mk := func(names ...string) []byte {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		tw := tar.NewWriter(zw)
+		for _, n := range names {
+			_ = tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+			_, _ = tw.Write([]byte("x"))
+		}
+		_ = tw.Close()
+		_ = zw.Close()
+		return b.Bytes()
+	}
+	f.Add(mk("top/a", "top/b/c"))
+	f.Add(mk("top/../x"))
+	f.Add(mk("/abs"))
+	f.Add([]byte("not gzip"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		if err := stripTopDir(&out, bytes.NewReader(in)); err != nil {
+			return
+		}
+		zr, err := gzip.NewReader(&out)
+		if err != nil {
+			t.Fatalf("output is not gzip: %v", err)
+		}
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				return
+			}
+			if h.Typeflag != tar.TypeXGlobalHeader && (h.Name == "" || strings.HasPrefix(h.Name, "/")) {
+				t.Fatalf("re-packed entry %q", h.Name)
+			}
+		}
+	})
 }
