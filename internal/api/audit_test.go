@@ -259,6 +259,14 @@ func TestAU1AuditCoverage(t *testing.T) {
 				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-77", Event: "installation", Body: body})
 				return err
 			}, want: []string{"github.installation.created"}},
+			"POST /v1/github/installations/{id}/registration-tokens": {setup: func(e *auditSweep) {
+				body := []byte(`{"action":"created","installation":{"id":78,"account":{"login":"globex"}},"repositories":[{"id":6,"full_name":"globex/ci"}]}`)
+				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-78", Event: "installation", Body: body})
+				require.NoError(t, err)
+			}, do: func(e *auditSweep) error {
+				_, err := e.admin.CreateInstallationRegistrationToken(ctx, 78, protocol.RegistrationTokenRequest{SelfHosted: true, AllowedRepos: []string{"globex/ci"}})
+				return err
+			}, want: []string{"registration_token.created"}},
 			"POST /v1/catalogs/sync": {setup: func(e *auditSweep) {
 				_, err := gitsync.CommitFiles(e.repo, "main", map[string]string{"jobs/more.yaml": "name: more\nrun: {command: [\"true\"]}\n"}, "more")
 				require.NoError(t, err)

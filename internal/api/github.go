@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
@@ -29,6 +30,9 @@ type GitHubWebhookResponse struct {
 }
 
 func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
+	// Installations come only from deliveries; without the App there are
+	// none and this answers 404.
+	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))
 	if cfg == nil {
 		return
 	}
@@ -39,6 +43,27 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 		cfg.MaxBody = github.MaxWebhookBody
 	}
 	m.HandleFunc("POST /v1/github/webhook", h.githubWebhook(cfg))
+}
+
+// createInstallationRegToken answers POST
+// /v1/github/installations/{id}/registration-tokens (operator admins).
+func (h *Handler) createInstallationRegToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || inst <= 0 {
+		writeError(w, h.log, fmt.Errorf("installation ID must be a positive integer: %w", protocol.ErrBadRequest))
+		return
+	}
+	var req protocol.RegistrationTokenRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	resp, err := h.svc.CreateInstallationRegistrationToken(r.Context(), actor, inst, &req)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, resp)
 }
 
 // githubWebhook answers POST /v1/github/webhook. Order matters: the size

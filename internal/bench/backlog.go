@@ -161,12 +161,17 @@ func explainClaim(ctx context.Context, conn *pgx.Conn, runnerID string) (string,
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var tenant, pool string
-	var labels []string
-	if err := tx.QueryRow(ctx, `SELECT tenant, pool, labels FROM runners WHERE id = $1`, runnerID).Scan(&tenant, &pool, &labels); err != nil {
+	var labels, allowed []string
+	var selfHosted bool
+	if err := tx.QueryRow(ctx, `SELECT tenant, pool, labels, self_hosted, allowed_repos FROM runners WHERE id = $1`, runnerID).
+		Scan(&tenant, &pool, &labels, &selfHosted, &allowed); err != nil {
 		return "", fmt.Errorf("explain: runner: %w", err)
 	}
+	if allowed == nil {
+		allowed = []string{}
+	}
 	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+postgres.ClaimQuery,
-		nil, runnerID, "explain", "", tenant, pool, labels)
+		nil, runnerID, "explain", "", tenant, pool, labels, selfHosted, allowed)
 	if err != nil {
 		return "", fmt.Errorf("explain: %w", err)
 	}

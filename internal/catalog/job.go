@@ -56,6 +56,7 @@ type Job struct {
 	Artifacts  []Artifact        `json:"artifacts,omitempty"`
 	Source     *Source           `json:"source,omitempty"`
 	Schedule   *Schedule         `json:"schedule,omitempty"`
+	On         *On               `json:"on,omitempty"`
 
 	schema   *jsonschema.Schema
 	defaults map[string]any
@@ -184,6 +185,7 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },
 		"source":    func(v ast.Node, f string) { j.parseSource(d, v, f) },
 		"schedule":  func(v ast.Node, f string) { scheduleNode = v },
+		"on":        func(v ast.Node, f string) { j.parseOn(d, v, f) },
 	})
 	if !ok {
 		return

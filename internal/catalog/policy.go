@@ -204,6 +204,10 @@ func (p *parse) parseRule(d *yamlpos.Decoder, n ast.Node, field string) {
 			})
 			r.Approval = a
 		},
+		"forks": func(v ast.Node, f string) {
+			nodes["forks"] = v
+			r.Forks, _ = d.Str(v, f)
+		},
 		"grants": func(v ast.Node, f string) {
 			nodes["grants"] = v
 			if es, ok := d.Entries(v, f, 2); ok {

@@ -361,6 +361,9 @@ type RunnersTokenCreateCmd struct {
 	Labels     []string      `help:"Labels the runner gets (comma-separated)." sep:","`
 	SelfHosted bool          `name:"self-hosted" help:"A customer-run runner: gets only repository and commit, never source tickets."`
 	TTL        time.Duration `default:"1h" help:"How long the token may be used."`
+	// Installation and AllowedRepos: see docs/github.md.
+	Installation int64    `help:"Register the runner in the tenant of this GitHub App installation (operator admins)." placeholder:"ID"`
+	AllowedRepos []string `name:"allowed-repo" help:"Repositories (owner/name) the runner may build; repeatable. Default: all of its tenant's." sep:","`
 }
 
 // Run creates the token.
@@ -369,7 +372,13 @@ func (c *RunnersTokenCreateCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	resp, err := cl.CreateRegistrationToken(g.Ctx, protocol.RegistrationTokenRequest{Pool: c.Pool, Labels: c.Labels, SelfHosted: c.SelfHosted, TTLSeconds: int(c.TTL / time.Second)})
+	req := protocol.RegistrationTokenRequest{Pool: c.Pool, Labels: c.Labels, SelfHosted: c.SelfHosted, AllowedRepos: c.AllowedRepos, TTLSeconds: int(c.TTL / time.Second)}
+	var resp *protocol.TokenResponse
+	if c.Installation != 0 {
+		resp, err = cl.CreateInstallationRegistrationToken(g.Ctx, c.Installation, req)
+	} else {
+		resp, err = cl.CreateRegistrationToken(g.Ctx, req)
+	}
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ type ServerCmd struct {
 	GitHubAppID      int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
 	GitHubPrivateKey string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
 	GitHubAPI        string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
+	GitHubChannel    string        `name:"github-channel" default:"prod" help:"Channel of --definitions that GitHub installations without a .jobplane repository use; pull-request runs are recorded under it." placeholder:"NAME"`
 }
 
 // Run starts the server and blocks until interrupted.
@@ -50,7 +51,7 @@ func (c *ServerCmd) Run(g *Globals) error {
 	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
 		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL,
 		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval, SourceRepos: repos,
-		GitHub: config.GitHubApp{AppID: c.GitHubAppID, PrivateKeyFile: c.GitHubPrivateKey, API: c.GitHubAPI,
+		GitHub: config.GitHubApp{AppID: c.GitHubAppID, PrivateKeyFile: c.GitHubPrivateKey, API: c.GitHubAPI, Channel: c.GitHubChannel,
 			WebhookSecret:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET"),
 			PreviousWebhookSecret: os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS"),
 			PreviousUntil:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS_UNTIL")}}

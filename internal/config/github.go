@@ -16,6 +16,9 @@ type GitHubApp struct {
 	AppID          int64  // --github-app-id
 	PrivateKeyFile string // --github-private-key: the App's PEM private key
 	API            string // --github-api; default DefaultGitHubAPI
+	// Channel (--github-channel) is the channel of the server's
+	// definitions for installations without a .jobplane repository.
+	Channel string
 	// WebhookSecret (JOBPLANE_GITHUB_WEBHOOK_SECRET) verifies deliveries.
 	WebhookSecret string
 	// PreviousWebhookSecret (JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS) is

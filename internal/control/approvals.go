@@ -71,6 +71,9 @@ func (s *Service) verdict(ctx context.Context, actor Actor, runID, verdict, comm
 			if err := tx.RunUpdate(ctx, r); err != nil {
 				return err
 			}
+			if err := s.recordRunCheck(ctx, tx, r, "rejected by "+actor.Name); err != nil {
+				return err
+			}
 			return s.audit(ctx, tx, r.Tenant, actor.Name, "run.rejected", r.ID, details)
 		}
 		apps, err := tx.ApprovalListByRun(ctx, r.ID)
@@ -144,6 +147,9 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			finish(r, store.RunExpired, now)
 			r.WaitingFor = ""
 			if err := tx.RunUpdate(ctx, r); err != nil {
+				return err
+			}
+			if err := s.recordRunCheck(ctx, tx, r, "no approval within "+s.appTTL.String()); err != nil {
 				return err
 			}
 			n++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -209,7 +210,12 @@ func (b *batchTx) WakeClaimers(ctx context.Context) error {
 func claimScope(p *store.AttemptClaimParams) string {
 	labels := slices.Clone(p.RunnerLabels)
 	slices.Sort(labels)
-	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00")
+	// Self-hosted runners and allow-lists see less of the queue (GitHub
+	// safe mode, docs/github.md): they are scopes of their own.
+	repos := slices.Clone(p.AllowedRepos)
+	slices.Sort(repos)
+	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00") + "\x01" + strconv.FormatBool(p.SelfHosted) +
+		"\x01" + strings.Join(repos, "\x00")
 }
 
 // attemptClaim claims through tx, skipping the query when an earlier body of

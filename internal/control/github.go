@@ -52,6 +52,9 @@ func GitHubTenantName(installation int64) string {
 // and a delivery whose processing failed leaves no record and is processed
 // again when GitHub redelivers it.
 func (s *Service) HandleGitHubDelivery(ctx context.Context, d GitHubDelivery) (GitHubOutcome, error) {
+	if d.Event == "pull_request" {
+		return s.handlePullRequest(ctx, d)
+	}
 	apply, action, installation, err := s.githubHandler(d)
 	if err != nil || apply == nil {
 		return GitHubIgnored, err

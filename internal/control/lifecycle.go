@@ -14,7 +14,7 @@ func newAttempt(run *store.Run, spec Spec, number int, now, notBefore time.Time)
 		ID: id.New(id.Attempt, now), RunID: run.ID, Tenant: run.Tenant, Number: number,
 		State: store.AttemptQueued, Pool: spec.Pool, Labels: spec.Labels,
 		LeaseTTL: time.Duration(spec.LeaseTTL), Timeout: time.Duration(spec.Timeout),
-		NotBefore: notBefore, CreatedAt: now,
+		NotBefore: notBefore, CreatedAt: now, Repo: spec.Repo, ManagedOnly: spec.SafeMode,
 	}
 }
 

@@ -128,6 +128,9 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	if len(req.RequestID) > 200 {
 		return nil, fmt.Errorf("request_id too long: %w", protocol.ErrBadRequest)
 	}
+	if err := s.checkInstallation(ctx, call.Runner.Tenant); err != nil {
+		return nil, err
+	}
 	if req.RequestID != "" {
 		if a, err := s.reclaim(ctx, call, req.RequestID); a != nil || err != nil {
 			return a, err
@@ -137,7 +140,7 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
-	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels})
+	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos})
 	w := s.lines.join(scope)
 	defer s.lines.leave(scope, w)
 	for {
@@ -204,7 +207,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		asg, revoked = nil, false
 		a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
 			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
-			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)),
+			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
 			ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
 		})
 		if errors.Is(err, store.ErrNotFound) {
@@ -238,6 +241,9 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			r.UpdatedAt = *a.ClaimedAt
 		}
 		if err := tx.RunUpdate(ctx, r); err != nil {
+			return err
+		}
+		if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
 			return err
 		}
 		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
@@ -610,6 +616,9 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 		return err
 	}
 	if err := tx.RunUpdate(ctx, r); err != nil {
+		return err
+	}
+	if err := s.recordRunCheck(ctx, tx, r, reason); err != nil {
 		return err
 	}
 	details["run_state"] = r.State

@@ -48,7 +48,13 @@ func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.Run
 // an API request). Ref and commit are added to the source.
 type requestOrigin struct {
 	Window time.Time
-	Source map[string]string
+	Source map[string]any
+	// Catalog, when set, is the catalog to request from instead of the
+	// channel's (a GitHub tenant's definitions).
+	Catalog Catalog
+	// GitHub, when set, makes the run a GitHub run: it gets a Check Run,
+	// the repository and commit to build, and safe mode when untrusted.
+	GitHub *githubRunOrigin
 }
 
 func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
@@ -69,12 +75,23 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 			return v, false, err
 		}
 	}
-	if s.defs == nil {
-		return nil, false, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
-	}
-	cat, err := s.defs.Resolve(ctx, req.Channel, req.Ref)
+	inst, err := s.activeInstallation(ctx, actor.TenantID)
 	if err != nil {
 		return nil, false, err
+	}
+	cat := origin.Catalog
+	if cat == nil {
+		if cat, err = s.tenantCatalog(ctx, inst, req.Channel); err != nil {
+			return nil, false, err
+		}
+	}
+	if cat == nil {
+		if s.defs == nil {
+			return nil, false, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
+		}
+		if cat, err = s.defs.Resolve(ctx, req.Channel, req.Ref); err != nil {
+			return nil, false, err
+		}
 	}
 	spec, ok := cat.Job(req.Job)
 	if !ok {
@@ -92,7 +109,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if ref == "" {
 		ref = cat.Branch()
 	}
-	src := map[string]string{"kind": "api"}
+	src := map[string]any{"kind": "api"}
 	if origin.Source != nil {
 		src = maps.Clone(origin.Source)
 	}
@@ -119,6 +136,9 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 		Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind, Params: params,
 		Ref: Ref{Branch: ref, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now,
 	})
+	if origin.GitHub != nil {
+		origin.GitHub.pin(&spec, &decision)
+	}
 	s.observeDecision("request", decision)
 	decisionJSON, err := json.Marshal(decisionRecord{Request: decision})
 	if err != nil {
@@ -162,6 +182,9 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 			return err
 		}
 		if err := tx.RunCreate(ctx, run); err != nil {
+			return err
+		}
+		if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
 			return err
 		}
 		if !decision.Allowed {
@@ -272,7 +295,9 @@ func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*Run
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
-	return &RunView{Run: r, Attempts: atts, Approvals: apps}, nil
+	v := &RunView{Run: r, Attempts: atts, Approvals: apps}
+	s.explainWait(ctx, q, v)
+	return v, nil
 }
 
 // decisionRecord is what a run keeps of its authorization: the decision at
@@ -328,7 +353,9 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 		if err != nil {
 			return nil, "", mapStoreErr(err)
 		}
-		out = append(out, &RunView{Run: r, Attempts: atts, Approvals: apps})
+		v := &RunView{Run: r, Attempts: atts, Approvals: apps}
+		s.explainWait(ctx, s.store, v)
+		out = append(out, v)
 	}
 	return out, next, nil
 }
@@ -393,6 +420,9 @@ func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*Ru
 		r.CancelRequested = true
 		finish(r, store.RunCancelled, now)
 		if err := tx.RunUpdate(ctx, r); err != nil {
+			return err
+		}
+		if err := s.recordRunCheck(ctx, tx, r, "cancelled by "+actor.Name); err != nil {
 			return err
 		}
 		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancelled", r.ID, nil)

@@ -318,7 +318,7 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, js JobSch
 		Reason:         fmt.Sprintf("schedule %q (%s), window %s", js.Cron, js.TZ, w),
 	}
 	v, created, err := s.requestRun(ctx, actor, req, requestOrigin{Window: window,
-		Source: map[string]string{"kind": "schedule", "window": w, "cron": js.Cron, "tz": js.TZ}})
+		Source: map[string]any{"kind": "schedule", "window": w, "cron": js.Cron, "tz": js.TZ}})
 	if err != nil {
 		s.log.InfoContext(ctx, "control: scheduled run not queued", "job", js.Job, "channel", js.Channel, "window", w, "err", err)
 		return err

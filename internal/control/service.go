@@ -80,6 +80,8 @@ type Decision struct {
 	Approval *ApprovalRequirement `json:"approval,omitempty"`
 	// Grants are the connector access levels of the chosen rule.
 	Grants map[string]string `json:"grants,omitempty"`
+	// ForksFull: the chosen rule lifts safe mode (forks: full).
+	ForksFull bool `json:"forks_full,omitempty"`
 	// Detail is the policy engine's full decision: every rule considered
 	// and why it matched or not.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -116,6 +118,8 @@ type Config struct {
 	Credentials *Credentials
 	// Broker issues and revokes connector credentials.
 	Broker *connector.Broker
+	// GitHub configures pull-request runs (nil: none).
+	GitHub *GitHubRuns
 	// CommitBatch bounds the calls that share one group transaction
 	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
 	CommitBatch int
@@ -138,6 +142,7 @@ type Service struct {
 	broker  *connector.Broker
 	art     ArtifactConfig
 	obs     Observer
+	gh      *GitHubRuns
 	commits *committer
 	lines   claimLines
 }
@@ -161,7 +166,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
 		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
-		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch)}, nil
+		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch), gh: cfg.GitHub}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

@@ -25,8 +25,8 @@ type SpecSource struct {
 // the commit it points at now, so that every attempt of the run gets the
 // same code.
 func (s *Service) pinSource(spec *Spec, ref string) error {
-	if spec.Source == nil {
-		return nil
+	if spec.Source == nil || isGitHubRepo(spec.Source.Repo) {
+		return nil // a GitHub run's source is pinned to the pull request's head
 	}
 	if s.art.Sources == nil {
 		return fmt.Errorf("job %s needs source repository %s and this server has none configured (--source-repo): %w", spec.Name, spec.Source.Repo, protocol.ErrSourceUnavailable)
@@ -94,7 +94,7 @@ func (s *Service) AttemptSource(ctx context.Context, call *authn.SignedCall) (*p
 // it was issued under, and writes the archive of the ticket's commit to the
 // writer open returns. open is not called when anything is refused.
 func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() io.Writer) error {
-	if s.art.Sources == nil {
+	if s.art.Sources == nil && (s.gh == nil || s.gh.Sources == nil) {
 		return fmt.Errorf("this server has no source repositories: %w", protocol.ErrSourceUnavailable)
 	}
 	var t *store.SourceTicket
@@ -117,6 +117,12 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 	})
 	if err != nil {
 		return mapStoreErr(err)
+	}
+	if isGitHubRepo(t.Repo) {
+		return s.archiveGitHubSource(ctx, t.Tenant, t.Repo, t.Commit, open)
+	}
+	if s.art.Sources == nil {
+		return fmt.Errorf("this server has no source repositories: %w", protocol.ErrSourceUnavailable)
 	}
 	if err := s.art.Sources.Archive(ctx, t.Repo, t.Commit, open); err != nil {
 		return fmt.Errorf("archive %s at %s: %s: %w", t.Repo, t.Commit, err.Error(), protocol.ErrSourceUnavailable)

@@ -27,6 +27,12 @@ type Spec struct {
 	Connectors map[string]SpecConnector `json:"connectors,omitempty"`
 	// Leases are the job's lease key templates.
 	Leases []lease.Template `json:"leases,omitempty"`
+	// Repo is the GitHub repository the run builds (owner/name), checked
+	// against self-hosted runners' allow-lists at claim.
+	Repo string `json:"repo,omitempty"`
+	// SafeMode keeps the run on managed runners without connectors
+	// (a pull request from a fork, docs/github.md).
+	SafeMode bool `json:"safe_mode,omitempty"`
 	// Artifacts the job declares, and the code it runs in (pinned at request time).
 	Artifacts []protocol.ArtifactSpec `json:"artifacts,omitempty"`
 	Source    *SpecSource             `json:"source,omitempty"`

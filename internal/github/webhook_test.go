@@ -148,3 +148,28 @@ func FuzzParseInstallationEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParsePullRequestEvent: a malformed pull_request payload is an error,
+// never a panic; an accepted one names an installation, a repository, a
+// pull request and a full commit ID.
+func FuzzParsePullRequestEvent(f *testing.F) {
+	f.Add([]byte(`{"action":"opened","number":1,"installation":{"id":1},"repository":{"id":2,"full_name":"acme/app"},"sender":{"login":"x"},"pull_request":{"number":1,"draft":false,"head":{"sha":"0123456789abcdef0123456789abcdef01234567","repo":{"full_name":"acme/app"}}}}`))
+	f.Add([]byte(`{"action":"opened","number":1,"installation":{"id":1},"repository":{"id":2,"full_name":"acme/app"},"sender":{"login":"x"},"pull_request":{"head":{"sha":"main","repo":null}}}`))
+	f.Add([]byte(`{"action":"synchronize","installation":{"id":1},"repository":{"id":2,"full_name":"../x"}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev, err := github.ParsePullRequestEvent(body)
+		if err != nil {
+			return
+		}
+		if ev.Action == "" || ev.Installation.ID <= 0 || ev.Repository.ID <= 0 || ev.Number <= 0 || ev.Sender.Login == "" {
+			t.Fatalf("accepted %q without action, installation, repository, number or sender", body)
+		}
+		if len(ev.HeadSHA()) != 40 || strings.Count(ev.Repository.FullName, "/") != 1 {
+			t.Fatalf("accepted head %q of %q", ev.HeadSHA(), ev.Repository.FullName)
+		}
+		if h := ev.PullRequest.Head.Repo; h == nil && !ev.Fork() {
+			t.Fatalf("a deleted head repository must count as a fork")
+		}
+	})
+}

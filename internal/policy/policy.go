@@ -106,6 +106,15 @@ func CompileRule(r Rule) (*CompiledRule, []Problem) {
 			probs = append(probs, Problem{Field: "approval.groups", Message: "is required: the groups whose members may approve"})
 		}
 	}
+	switch r.Forks {
+	case "", ForksSafe:
+	case ForksFull:
+		if r.Effect == EffectDeny {
+			probs = append(probs, Problem{Field: "forks", Message: "a deny rule cannot lift safe mode"})
+		}
+	default:
+		probs = append(probs, Problem{Field: "forks", Message: fmt.Sprintf("must be safe or full, got %q", r.Forks)})
+	}
 	if len(r.Grants) > 0 && r.Effect == EffectDeny {
 		probs = append(probs, Problem{Field: "grants", Message: "a deny rule cannot grant"})
 	}
@@ -312,6 +321,10 @@ func (p *Policy) Decide(req Request) Decision {
 		if len(r.Grants) > 0 {
 			dec.Grants = maps.Clone(r.Grants)
 			extra += ", granting " + grantsText(r.Grants)
+		}
+		if r.Forks == ForksFull {
+			dec.ForksFull = true
+			extra += ", forks: full"
 		}
 		dec.Explanation = fmt.Sprintf("allowed: rule %s (%s:%d) allows %s%s", r.ID, r.File, r.Line, what, extra)
 	case closest >= 0:

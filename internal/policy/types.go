@@ -35,7 +35,17 @@ type Rule struct {
 	Hours    *Hours            `json:"hours,omitempty"`
 	Approval *Approval         `json:"approval,omitempty"`
 	Grants   map[string]string `json:"grants,omitempty"` // connector → read | write
+	// Forks is what a run this rule allows may do when it comes from an
+	// untrusted source (a pull request from a fork): "" or "safe" keeps it
+	// in safe mode, "full" lifts it (docs/github.md).
+	Forks string `json:"forks,omitempty"`
 }
+
+// Fork modes of a rule.
+const (
+	ForksSafe = "safe"
+	ForksFull = "full"
+)
 
 // Hours restricts a rule to a weekly time window in a time zone.
 type Hours struct {
@@ -91,8 +101,11 @@ type Decision struct {
 	// NeedsApproval is the chosen rule's approval requirement, if any.
 	NeedsApproval *Approval `json:"needs_approval,omitempty"`
 	// Grants are the chosen rule's grants, never a union of several rules.
-	Grants      map[string]string `json:"grants,omitempty"`
-	Explanation string            `json:"explanation"`
+	Grants map[string]string `json:"grants,omitempty"`
+	// ForksFull is set when the chosen rule lifts safe mode for runs from
+	// untrusted sources (forks: full).
+	ForksFull   bool   `json:"forks_full,omitempty"`
+	Explanation string `json:"explanation"`
 	// Rules are the rules considered — every rule that names the job — with
 	// whether each matched and why not, in file then position order.
 	Rules []RuleTrace `json:"rules"`

@@ -13,6 +13,12 @@ const (
 	// X-GitHub-Delivery or X-GitHub-Event header, or whose payload is not
 	// the event it claims to be.
 	CodeWebhookDeliveryInvalid = "webhook_delivery_invalid"
+	// CodeInstallationSuspended: the tenant's GitHub App installation is
+	// suspended: it may neither request runs nor claim work.
+	CodeInstallationSuspended = "installation_suspended"
+	// CodeInstallationDeleted: the tenant's GitHub App installation was
+	// deleted (uninstalled); the tenant is kept for audit only.
+	CodeInstallationDeleted = "installation_deleted"
 )
 
 // Webhook intake refusals.
@@ -20,4 +26,6 @@ var (
 	ErrWebhookSignatureMissing = newErr(http.StatusUnauthorized, CodeWebhookSignatureMissing, "Webhook signature missing")
 	ErrWebhookSignatureInvalid = newErr(http.StatusUnauthorized, CodeWebhookSignatureInvalid, "Webhook signature invalid")
 	ErrWebhookDeliveryInvalid  = newErr(http.StatusBadRequest, CodeWebhookDeliveryInvalid, "Webhook delivery invalid")
+	ErrInstallationSuspended   = newErr(http.StatusForbidden, CodeInstallationSuspended, "GitHub installation suspended")
+	ErrInstallationDeleted     = newErr(http.StatusForbidden, CodeInstallationDeleted, "GitHub installation deleted")
 )

@@ -180,7 +180,7 @@ func (p *pinned) Decide(req control.DecisionRequest) control.Decision {
 	_ = json.Unmarshal(req.Source, &in.Source)
 	d := p.snap.Catalog.Decide(in)
 	detail, _ := json.Marshal(d)
-	out := control.Decision{Allowed: d.Allowed, Rule: d.Rule, Explanation: d.Explanation, Grants: d.Grants, Detail: detail}
+	out := control.Decision{Allowed: d.Allowed, Rule: d.Rule, Explanation: d.Explanation, Grants: d.Grants, ForksFull: d.ForksFull, Detail: detail}
 	if d.NeedsApproval != nil {
 		out.Approval = &control.ApprovalRequirement{
 			Count: d.NeedsApproval.Count, Groups: d.NeedsApproval.Groups,

@@ -8,7 +8,9 @@ import (
 	"github.com/jobplane/jobplane/internal/api"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // gitHubWiring is what the GitHub App configuration turns into; every
@@ -51,6 +53,18 @@ func openGitHub(cfg *config.GitHubApp, clk clock.Clock, log *slog.Logger) (*gitH
 		return nil, err
 	}
 	return &gitHubWiring{app: app, webhook: &api.GitHubWebhook{Secrets: secrets, Clock: clk}}, nil
+}
+
+// runs configures pull-request runs; nil when the App is not configured.
+func (gh *gitHubWiring) runs(st store.Store, channel string, log *slog.Logger) *control.GitHubRuns {
+	if gh.app == nil {
+		return nil
+	}
+	if channel == "" {
+		channel = control.DefaultGitHubChannel
+	}
+	return &control.GitHubRuns{Channel: channel, Catalogs: newGitHubCatalogs(gh.app, st, channel, log),
+		Sources: &githubSources{app: gh.app}}
 }
 
 // startGitHub starts the GitHub background work.

@@ -111,6 +111,11 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, fmt.Errorf("server key: %w", err)
 	}
+	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("github: %w", err)
+	}
 	tokens, err := control.NewCredentials(ctx, st, box, opts.Clock, cfg.PublicURL)
 	if err != nil {
 		st.Close()
@@ -124,7 +129,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
 		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Artifacts: arts, Metrics: mets,
-		CommitBatch: opts.CommitBatch})
+		CommitBatch: opts.CommitBatch, GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -143,11 +148,6 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 			st.Close()
 			return nil, fmt.Errorf("create admin principal: %w", err)
 		}
-	}
-	gh, err := openGitHub(&cfg.GitHub, opts.Clock, opts.Logger)
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("github: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -142,6 +142,11 @@ type Attempt struct {
 	// BlockedOn is the lease key a queued attempt waits for; AttemptClaim
 	// skips it until a release of that key clears it (no rescans).
 	BlockedOn string
+	// Repo is the repository the run builds (owner/name, "" when none);
+	// a runner with an allow-list claims only attempts of listed ones.
+	Repo string
+	// ManagedOnly keeps the attempt from self-hosted runners (safe mode).
+	ManagedOnly bool
 }
 
 // Runner is a registered execution agent.
@@ -292,9 +297,13 @@ type LeaseAcquireParams struct {
 
 // AttemptClaimParams selects and leases the oldest eligible queued attempt.
 type AttemptClaimParams struct {
-	Tenant         string
-	Pool           string
-	RunnerLabels   []string // an attempt is eligible if its labels are a subset
+	Tenant       string
+	Pool         string
+	RunnerLabels []string // an attempt is eligible if its labels are a subset
+	// SelfHosted runners skip ManagedOnly attempts; a runner with
+	// AllowedRepos claims only attempts whose Repo is listed.
+	SelfHosted     bool
+	AllowedRepos   []string
 	RunnerID       string
 	LeaseDigest    string
 	ClaimRequestID string

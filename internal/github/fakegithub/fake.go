@@ -459,3 +459,16 @@ func (f *Fake) repoScoped(perm, lvl string, fn func(http.ResponseWriter, *http.R
 		fn(w, r, rp)
 	}
 }
+
+// IssuedTokens lists the value of every installation token issued, so that
+// tests can look for them where they must never be (a runner's output or
+// environment).
+func (f *Fake) IssuedTokens() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.tokens))
+	for v := range f.tokens {
+		out = append(out, v)
+	}
+	return out
+}

@@ -131,7 +131,7 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at, blocked_on`
+	result, created_at, blocked_on, repo, managed_only`
 
 var attemptColsQ = prefixCols("attempts.", attemptCols)
 
@@ -140,7 +140,7 @@ func scanAttempt(r scanner) (*store.Attempt, error) {
 	var ttl, timeout int64
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, &a.Labels, &ttl, &timeout,
 		&a.NotBefore, &a.RunnerID, &a.LeaseDigest, &a.ClaimRequestID, &a.ClaimedAt, &a.LeaseExpiresAt,
-		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt, &a.BlockedOn)
+		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt, &a.BlockedOn, &a.Repo, &a.ManagedOnly)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -175,12 +175,14 @@ func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*sto
 // chosen row in a CTE and updates exactly it; the CTE shape (not IN (SELECT …
 // LIMIT …)) guarantees at most one row (bug #15715). Parameters: $1 fake now
 // or NULL, $2 runner, $3 lease digest, $4 claim request id, $5 tenant, $6
-// pool, $7 runner labels. Exported for `jobplane bench --explain`.
+// pool, $7 runner labels, $8 self-hosted runner, $9 its allowed
+// repositories. Exported for `jobplane bench --explain`.
 var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 		c AS (
 			SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
 				AND a.not_before <= (SELECT now FROM n) AND a.blocked_on = '' AND a.labels <@ $7::text[]
+				AND (NOT $8 OR NOT a.managed_only) AND (cardinality($9::text[]) = 0 OR a.repo = ANY($9::text[]))
 			ORDER BY a.not_before, a.id
 			LIMIT 1
 			FOR UPDATE OF a SKIP LOCKED)
@@ -194,7 +196,8 @@ var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 
 func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
 	return scanAttempt(q.db.QueryRow(ctx, ClaimQuery,
-		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels)))
+		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
+		p.SelfHosted, listArg(p.AllowedRepos)))
 }
 
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
@@ -205,11 +208,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	err := q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`, $21) ON CONFLICT DO NOTHING RETURNING created_at`,
+		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`, $21, $22, $23) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{timeArg(a.CreatedAt), a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels),
 			a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(), a.NotBefore, a.RunnerID, a.LeaseDigest,
 			a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt, jsonArg(a.Result),
-			a.BlockedOn},
+			a.BlockedOn, a.Repo, a.ManagedOnly},
 		&a.CreatedAt)
 	utc(&a.CreatedAt)
 	return err

@@ -123,14 +123,14 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at, blocked_on`
+	result, created_at, blocked_on, repo, managed_only`
 
 func scanAttempt(r scanner) (*store.Attempt, error) {
 	a := &store.Attempt{}
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, listCol{&a.Labels},
 		durCol{&a.LeaseTTL}, durCol{&a.Timeout}, timeCol{&a.NotBefore}, &a.RunnerID, &a.LeaseDigest,
 		&a.ClaimRequestID, timePtrCol{&a.ClaimedAt}, timePtrCol{&a.LeaseExpiresAt}, timePtrCol{&a.Deadline},
-		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt}, &a.BlockedOn)
+		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt}, &a.BlockedOn, &a.Repo, &a.ManagedOnly)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -165,9 +165,12 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 		WHERE id = (SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = ?5 AND a.pool = ?6 AND a.not_before <= `+n+` AND a.blocked_on = ''
 			AND NOT EXISTS (SELECT 1 FROM json_each(a.labels) l WHERE l.value NOT IN (SELECT value FROM json_each(?7)))
+			AND (?8 = 0 OR a.managed_only = 0)
+			AND (json_array_length(?9) = 0 OR a.repo IN (SELECT value FROM json_each(?9)))
 			ORDER BY a.not_before, a.id LIMIT 1)
 		RETURNING `+attemptCols,
-		microsPtr(p.Now), p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listText(p.RunnerLabels)))
+		microsPtr(p.Now), p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listText(p.RunnerLabels),
+		p.SelfHosted, listText(p.AllowedRepos)))
 }
 
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
@@ -178,11 +181,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	return q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), ?) ON CONFLICT DO NOTHING RETURNING created_at`,
+		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listText(a.Labels), a.LeaseTTL.Microseconds(),
 			a.Timeout.Microseconds(), microsZero(a.NotBefore), a.RunnerID, a.LeaseDigest, a.ClaimRequestID,
 			microsPtr(a.ClaimedAt), microsPtr(a.LeaseExpiresAt), microsPtr(a.Deadline), microsPtr(a.HeartbeatAt),
-			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt), a.BlockedOn},
+			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt), a.BlockedOn, a.Repo, a.ManagedOnly},
 		timeCol{&a.CreatedAt})
 }
 

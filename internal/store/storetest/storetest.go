@@ -65,7 +65,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Runs", testRuns},
 		{"RunList", testRunList},
 		{"AttemptCreateAndUniqueness", testAttemptCreate},
-		{"ClaimEligibility", testClaimEligibility},
+		{"ClaimEligibility", testClaimEligibility}, {"ClaimScope", testClaimScope},
 		{"ClaimOrdering", testClaimOrdering},
 		{"ClaimLeaseMath", testClaimLeaseMath},
 		{"Renew", testRenew},

@@ -1,0 +1,413 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// Pull-request runs (docs/github.md): a pull_request delivery requests one
+// run per job of the installation's tenant whose `on.pull_request` matches,
+// as the built-in principal "github", pinned to the head commit. The
+// idempotency key of each run is derived from the delivery ID, so a
+// redelivery (or a concurrent copy) finds the runs already requested.
+
+// DefaultGitHubChannel is the channel pull-request runs are requested on
+// when GitHubRuns.Channel is empty.
+const DefaultGitHubChannel = "prod"
+
+// GitHubRuns configures pull-request runs.
+type GitHubRuns struct {
+	// Channel is the channel of the server's definitions that tenants
+	// without a .jobplane repository use; it is also the channel pull
+	// request runs are recorded (and matched by policies) under.
+	Channel string
+	// Catalogs reads tenants' own definitions (nil: every tenant uses the
+	// server's).
+	Catalogs GitHubCatalogs
+	// Sources serves managed runners the archive of a run's commit (nil:
+	// source tickets of GitHub runs are refused).
+	Sources GitHubSources
+}
+
+// GitHubCatalogs resolves the definitions of an installation's tenant.
+type GitHubCatalogs interface {
+	// TenantCatalog returns the definitions of the installation's
+	// .jobplane repository at its default branch's head, or nil (and no
+	// error) when the installation has no such repository.
+	TenantCatalog(ctx context.Context, in *store.GitHubInstallation) (Catalog, error)
+}
+
+// PullRequestCatalog is a Catalog whose jobs may declare on.pull_request.
+type PullRequestCatalog interface {
+	Catalog
+	// PullRequestJobs lists the jobs a pull_request action requests, by name.
+	PullRequestJobs(action string, draft bool) []string
+}
+
+// githubRunOrigin is what a pull-request run is pinned to.
+type githubRunOrigin struct {
+	Installation int64
+	Repo         string
+	HeadSHA      string
+	PR           int
+	Fork         bool
+	HeadRef      string
+}
+
+// pin adds the repository and commit to the spec, and applies safe mode to
+// a fork's run unless the deciding rule lifts it: managed runners only, no
+// connectors, no grants.
+func (g *githubRunOrigin) pin(spec *Spec, d *Decision) {
+	env := maps.Clone(spec.Env) // the catalog's map is shared
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["JOBPLANE_GITHUB_REPOSITORY"] = g.Repo
+	env["JOBPLANE_GITHUB_SHA"] = g.HeadSHA
+	env["JOBPLANE_GITHUB_PR"] = strconv.Itoa(g.PR)
+	spec.Env = env
+	spec.Repo = g.Repo
+	// The pull request's code is the run's source, whatever the job
+	// declares: a managed runner gets a ticket for this exact commit, a
+	// self-hosted one the repository and commit only.
+	spec.Source = &SpecSource{Repo: g.Repo, Branch: g.HeadRef, Commit: g.HeadSHA}
+	if g.Fork && !d.ForksFull {
+		spec.SafeMode = true
+		spec.Connectors = nil
+		d.Grants = nil
+		if d.Allowed {
+			d.Explanation += "; safe mode (pull request from a fork): managed runners only, no connectors or secrets"
+		}
+	}
+}
+
+func (s *Service) githubChannel() string {
+	if s.gh != nil && s.gh.Channel != "" {
+		return s.gh.Channel
+	}
+	return DefaultGitHubChannel
+}
+
+// checkInstallation refuses a tenant whose GitHub installation is suspended
+// or deleted; tenants without one are not GitHub tenants.
+func (s *Service) checkInstallation(ctx context.Context, tenant string) error {
+	_, err := s.activeInstallation(ctx, tenant)
+	return err
+}
+
+// activeInstallation returns the tenant's installation (nil for a tenant
+// that is not a GitHub tenant), refusing a suspended or deleted one.
+func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
+	in, err := s.store.GitHubInstallationGetByTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, mapStoreErr(err)
+	}
+	switch in.Status {
+	case store.GitHubInstallationSuspended:
+		return nil, fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
+	case store.GitHubInstallationDeleted:
+		return nil, fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+	}
+	return in, nil
+}
+
+// tenantCatalog is the catalog a GitHub tenant's API requests use: its
+// .jobplane definitions, under the GitHub channel only; nil when the tenant
+// has none (the channel's catalog applies).
+func (s *Service) tenantCatalog(ctx context.Context, in *store.GitHubInstallation, channel string) (Catalog, error) {
+	if in == nil || s.gh == nil || s.gh.Catalogs == nil {
+		return nil, nil
+	}
+	cat, err := s.gh.Catalogs.TenantCatalog(ctx, in)
+	if err != nil || cat == nil {
+		return nil, err
+	}
+	if channel != s.githubChannel() {
+		return nil, fmt.Errorf("channel %q: the definitions of %s/.jobplane serve only channel %s: %w", channel, in.Account, s.githubChannel(), protocol.ErrUnknownChannel)
+	}
+	return cat, nil
+}
+
+// openRunCheck opens the Check Run of a GitHub run in its request
+// transaction; a run denied at once gets a completed one.
+func (s *Service) openRunCheck(ctx context.Context, tx store.Tx, run *store.Run, g *githubRunOrigin) error {
+	if g == nil {
+		return nil
+	}
+	c := GitHubCheck{RunID: run.ID, Tenant: run.Tenant, Installation: g.Installation, Repo: g.Repo, HeadSHA: g.HeadSHA,
+		Name: "jobplane / " + run.Job}
+	title, summary := checkText(run, "")
+	if err := s.OpenGitHubCheck(ctx, tx, c, title, summary); err != nil {
+		return err
+	}
+	if run.State.Terminal() {
+		return s.recordRunCheck(ctx, tx, run, "")
+	}
+	return nil
+}
+
+// githubMarker is in the source of every GitHub run (as its kind), in
+// whatever spacing the store gives JSON back.
+var githubMarker = []byte(`"github"`)
+
+// recordRunCheck queues the Check Run state of a run that changed state, in
+// the transaction that changed it. Most runs not started from GitHub cost a
+// substring test: this sits on the claim and result paths.
+func (s *Service) recordRunCheck(ctx context.Context, tx store.Tx, r *store.Run, summary string) error {
+	if !bytes.Contains(r.Source, githubMarker) {
+		return nil
+	}
+	var src struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(r.Source, &src) != nil || src.Kind != "github" {
+		return nil
+	}
+	title, text := checkText(r, summary)
+	return s.RecordGitHubCheck(ctx, tx, r, title, text)
+}
+
+// checkText is the title and summary a Check Run shows for a run's state.
+func checkText(r *store.Run, detail string) (title, summary string) {
+	switch r.State {
+	case store.RunQueued:
+		title = "Queued"
+	case store.RunPendingApproval:
+		title = "Waiting for approval"
+	case store.RunRunning:
+		title = "Running"
+	case store.RunDenied:
+		title = "Denied by policy"
+	default:
+		title = string(r.State)
+		if title != "" {
+			title = string(title[0]-'a'+'A') + title[1:]
+		}
+	}
+	summary = fmt.Sprintf("jobplane run `%s` of job `%s`: %s.", r.ID, r.Job, r.State)
+	if r.WaitingFor != "" {
+		summary += "\n\nWaiting for " + r.WaitingFor + "."
+	}
+	if detail != "" {
+		summary += "\n\n" + detail
+	}
+	if len(summary) > 60000 { // GitHub's limit is 65535 characters
+		summary = summary[:60000]
+	}
+	return title, summary
+}
+
+// handlePullRequest requests the runs of a pull_request delivery. Runs are
+// requested in their own transactions (each opens its Check Run), then the
+// delivery is recorded: a delivery that failed half-way is processed again
+// in full when redelivered, and the idempotency keys make the runs already
+// requested come back rather than double.
+func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitHubOutcome, error) {
+	var head struct {
+		Action string `json:"action"`
+	}
+	// Like other events, an action jobplane ignores (closed, labeled...)
+	// is not held to the shape of one it handles.
+	if json.Unmarshal(d.Body, &head) == nil && !isPullRequestAction(head.Action) {
+		return GitHubIgnored, nil
+	}
+	ev, err := github.ParsePullRequestEvent(d.Body)
+	if err != nil {
+		return "", fmt.Errorf("%s delivery %s: %s: %w", d.Event, d.ID, err.Error(), protocol.ErrWebhookDeliveryInvalid)
+	}
+	if !isPullRequestAction(ev.Action) {
+		return GitHubIgnored, nil
+	}
+	if _, err := s.store.GitHubDeliveryGet(ctx, d.ID); err == nil {
+		return GitHubDuplicate, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return "", mapStoreErr(err)
+	}
+	in, err := s.bindInstallation(ctx, ev)
+	if err != nil {
+		return "", err
+	}
+	details := map[string]any{"delivery": d.ID, "repo": ev.Repository.FullName, "pr": ev.Number, "head_sha": ev.HeadSHA(),
+		"fork": ev.Fork(), "draft": ev.PullRequest.Draft, "sender": ev.Sender.Login}
+	action := "github.pull_request." + ev.Action
+	runs := map[string]string{}
+	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
+		// GitHub does not deliver to a suspended installation, but a
+		// delivery queued before the suspension may still arrive.
+		action, details["reason"] = "github.pull_request.refused", err.Error()
+	} else {
+		cat, err := s.githubCatalog(ctx, in)
+		if err != nil {
+			return "", err
+		}
+		var jobs []string
+		if pc, ok := cat.(PullRequestCatalog); ok {
+			jobs = pc.PullRequestJobs(ev.Action, ev.PullRequest.Draft)
+		}
+		details["definitions_commit"] = cat.Commit()
+		var errs []error
+		for _, job := range jobs {
+			id, err := s.requestPullRequestRun(ctx, d, ev, in, cat, job)
+			switch {
+			case err == nil:
+				runs[job] = id
+			case transient(err):
+				errs = append(errs, fmt.Errorf("job %s: %w", job, err))
+			default:
+				// A refusal (bad params, a lease conflict) is final for
+				// this job and delivery; the others go on.
+				runs[job] = "refused: " + err.Error()
+			}
+		}
+		if len(errs) > 0 {
+			// Not recorded: GitHub's redelivery (or the next copy) retries,
+			// and the runs already requested come back by their keys.
+			return "", errors.Join(errs...)
+		}
+	}
+	details["runs"] = runs
+	outcome := GitHubProcessed
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		outcome = GitHubProcessed
+		err := tx.GitHubDeliveryRecord(ctx, &store.GitHubDelivery{ID: d.ID, Event: d.Event, Action: ev.Action,
+			InstallationID: in.ID, ProcessedAt: s.nowValue()})
+		if errors.Is(err, store.ErrAlreadyExists) {
+			outcome = GitHubDuplicate
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, in.Tenant, GitHubActor, action, githubSubject(in.ID), details)
+	})
+	if err != nil {
+		return "", mapStoreErr(err)
+	}
+	s.log.InfoContext(ctx, "control: pull request processed", "delivery", d.ID, "installation", in.ID, "repo", ev.Repository.FullName,
+		"pr", ev.Number, "runs", len(runs))
+	return outcome, nil
+}
+
+func isPullRequestAction(a string) bool {
+	switch a {
+	case "opened", "synchronize", "reopened", "ready_for_review":
+		return true
+	}
+	return false
+}
+
+// requestPullRequestRun requests one job's run for a delivery; a denied
+// run is a result, not an error.
+func (s *Service) requestPullRequestRun(ctx context.Context, d GitHubDelivery, ev *github.PullRequestEvent, in *store.GitHubInstallation, cat Catalog, job string) (string, error) {
+	actor := Actor{TenantID: in.Tenant, Name: GitHubActor, Kind: "service"}
+	req := &protocol.RunRequest{
+		Job: job, Channel: s.githubChannel(),
+		IdempotencyKey: "github:" + d.ID + ":" + job,
+		Reason:         fmt.Sprintf("pull request %s#%d %s by %s", ev.Repository.FullName, ev.Number, ev.Action, ev.Sender.Login),
+	}
+	src := map[string]any{
+		"kind": "github", "event": "pull_request", "action": ev.Action, "delivery": d.ID,
+		"installation": in.ID, "repo": ev.Repository.FullName, "pr": ev.Number, "head_sha": ev.HeadSHA(),
+		"head_ref": ev.PullRequest.Head.Ref, "base_ref": ev.PullRequest.Base.Ref,
+		"fork": ev.Fork(), "draft": ev.PullRequest.Draft, "sender": ev.Sender.Login,
+	}
+	v, _, err := s.requestRun(ctx, actor, req, requestOrigin{Source: src, Catalog: cat, GitHub: &githubRunOrigin{
+		Installation: in.ID, Repo: ev.Repository.FullName, HeadSHA: ev.HeadSHA(), PR: ev.Number, Fork: ev.Fork(),
+		HeadRef: ev.PullRequest.Head.Ref}})
+	var denied *DeniedError
+	switch {
+	case errors.As(err, &denied):
+		return denied.RunID, nil
+	case err != nil:
+		return "", err
+	}
+	return v.Run.ID, nil
+}
+
+// githubCatalog is the tenant's own definitions when its installation has
+// a .jobplane repository, else the server's on the GitHub channel.
+func (s *Service) githubCatalog(ctx context.Context, in *store.GitHubInstallation) (Catalog, error) {
+	if s.gh != nil && s.gh.Catalogs != nil {
+		cat, err := s.gh.Catalogs.TenantCatalog(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		if cat != nil {
+			return cat, nil
+		}
+	}
+	if s.defs == nil {
+		return nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
+	}
+	return s.defs.Resolve(ctx, s.githubChannel(), "")
+}
+
+// bindInstallation returns the installation of an event, binding it (and
+// creating its tenant) when its installation delivery was never seen.
+func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEvent) (*store.GitHubInstallation, error) {
+	in, err := s.store.GitHubInstallationGet(ctx, ev.Installation.ID)
+	if err == nil || !errors.Is(err, store.ErrNotFound) {
+		return in, mapStoreErr(err)
+	}
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
+		in, err = tx.GitHubInstallationGet(ctx, ev.Installation.ID)
+		if err == nil || !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		tn, err := tx.TenantEnsure(ctx, GitHubTenantName(ev.Installation.ID), s.clock.NowOrNil())
+		if err != nil {
+			return fmt.Errorf("ensure tenant: %w", err)
+		}
+		owner := ev.Repository.FullName[:bytes.IndexByte([]byte(ev.Repository.FullName), '/')]
+		in = &store.GitHubInstallation{ID: ev.Installation.ID, Tenant: tn.ID, Status: store.GitHubInstallationActive,
+			Account: owner, RepositorySelection: "selected", UpdatedAt: s.nowValue()}
+		if err := tx.GitHubInstallationPut(ctx, in); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, in.Tenant, GitHubActor, "github.installation.bound", githubSubject(in.ID),
+			map[string]any{"account": owner, "reason": "first seen in a pull_request delivery"})
+	})
+	return in, mapStoreErr(err)
+}
+
+// CreateInstallationRegistrationToken makes a runner registration token
+// for an installation's tenant. Only an admin of the operator's tenant
+// ("default") may: installation tenants have no principals of their own
+// yet. The runner it registers belongs to that tenant alone, whatever it
+// asks later; with self_hosted and allowed_repos it is the customer's
+// runner for some of the installation's repositories.
+func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
+	if err := requireAdmin(actor); err != nil {
+		return nil, err
+	}
+	t, err := s.store.TenantGetByID(ctx, actor.TenantID)
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	if t.Name != DefaultTenant {
+		return nil, fmt.Errorf("only an admin of the %q tenant may register runners for installations: %w", DefaultTenant, protocol.ErrForbidden)
+	}
+	in, err := s.store.GitHubInstallationGet(ctx, installation)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
+	}
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
+		return nil, err
+	}
+	return s.CreateRegistrationToken(ctx, Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, req)
+}

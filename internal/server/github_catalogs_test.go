@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
+)
+
+const tenantJob = `name: lint
+run:
+  command: ["true"]
+on:
+  pull_request:
+    types: [opened]
+`
+
+func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
+	t.Parallel()
+	st := testdb.SQLite(t)
+	fc := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	key := fakegithub.Key(t, 0)
+	f := fakegithub.New(t, fakegithub.Options{AppID: 5, PublicKey: &key.PublicKey, Clock: fc})
+	perms := github.Permissions{"metadata": "read", "contents": "read", "checks": "write"}
+	f.AddInstallation(1, "acme", perms)
+	f.AddInstallation(2, "globex", perms)
+	defsDir, sha1 := fakegithub.InitRepo(t, map[string]string{"jobs/lint.yaml": tenantJob, "groups.yaml": "groups: {}\n",
+		"policies/p.yaml": "rules:\n  - id: gh\n    jobs: [lint]\n    users: [github]\n", "README.md": "not a definition"})
+	f.AddRepo(1, ".jobplane", defsDir)
+	appDir, _ := fakegithub.InitRepo(t, map[string]string{"x": "1"})
+	f.AddRepo(1, "app", appDir)
+	svcDir, _ := fakegithub.InitRepo(t, map[string]string{"y": "2"})
+	f.AddRepo(2, "svc", svcDir)
+	app, err := github.New(github.Config{AppID: 5, PrivateKey: key, BaseURL: f.URL, Clock: fc})
+	require.NoError(t, err)
+	svc, err := control.New(control.Config{Store: st, Clock: fc})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, inst := range []int64{1, 2} {
+		d := fakegithub.NewDelivery("installation", f.InstallationPayload("created", inst))
+		_, err := svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+		require.NoError(t, err)
+	}
+	inst := func(id int64) *store.GitHubInstallation {
+		in, err := st.GitHubInstallationGet(ctx, id)
+		require.NoError(t, err)
+		return in
+	}
+	gc := newGitHubCatalogs(app, st, "prod", slog.New(slog.DiscardHandler))
+
+	cat, err := gc.TenantCatalog(ctx, inst(1))
+	require.NoError(t, err)
+	require.NotNil(t, cat)
+	require.Equal(t, sha1, cat.Commit())
+	require.Equal(t, []string{"lint"}, cat.(control.PullRequestCatalog).PullRequestJobs("opened", false))
+	_, ok := cat.Job("lint")
+	require.True(t, ok)
+
+	cat2, err := gc.TenantCatalog(ctx, inst(2))
+	require.NoError(t, err)
+	require.Nil(t, cat2, "without a .jobplane repository the server's definitions apply")
+
+	// A push to .jobplane applies to the next use, without a webhook.
+	sha2 := fakegithub.Commit(t, defsDir, map[string]string{"jobs/fmt.yaml": strings.ReplaceAll(tenantJob, "lint", "fmt")})
+	cat, err = gc.TenantCatalog(ctx, inst(1))
+	require.NoError(t, err)
+	require.Equal(t, sha2, cat.Commit())
+	require.Equal(t, []string{"fmt", "lint"}, cat.(control.PullRequestCatalog).PullRequestJobs("opened", false))
+
+	// A head that does not validate keeps the last good commit.
+	fakegithub.Commit(t, defsDir, map[string]string{"jobs/fmt.yaml": "name: fmt\n"})
+	cat, err = gc.TenantCatalog(ctx, inst(1))
+	require.NoError(t, err)
+	require.Equal(t, sha2, cat.Commit())
+
+	// Every token was narrowed to the .jobplane repository and one
+	// read permission; no request of installation 1 touched another
+	// repository, none of installation 2 touched acme's.
+	tokens := 0
+	for _, r := range f.Requests() {
+		if r.Auth == "app" && strings.HasSuffix(r.Path, "/access_tokens") {
+			tokens++
+			require.Equal(t, []string{".jobplane"}, r.TokenRepositories, "%+v", r)
+			require.Len(t, r.TokenPermissions, 1, "%+v", r)
+			for _, lvl := range r.TokenPermissions {
+				require.Equal(t, "read", lvl)
+			}
+		}
+		if r.Auth == "installation" {
+			require.Equal(t, int64(1), r.Installation)
+			require.True(t, r.Path == "/repos/acme/.jobplane" || strings.HasPrefix(r.Path, "/repos/acme/.jobplane/"), r.Path)
+		}
+	}
+	require.Positive(t, tokens)
+}
