@@ -353,7 +353,7 @@ func TestL9_DatabaseCrashWhileHeld(t *testing.T) {
 				out, err := exec.Command("ls", "/etc/postgresql").Output()
 				require.NoError(t, err)
 				ver := strings.TrimSpace(string(out))
-				b, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, "main", "restart", "-m", "immediate").CombinedOutput()
+				b, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, pgCluster(), "restart", "-m", "immediate").CombinedOutput()
 				require.NoError(t, err, "pg_ctlcluster restart: %s", b)
 				s.waitReady(60 * time.Second)
 			}
@@ -363,6 +363,17 @@ func TestL9_DatabaseCrashWhileHeld(t *testing.T) {
 }
 
 func longRun() bool { return os.Getenv("JOBPLANE_LONG") == "1" }
+
+// pgCluster is the Debian cluster the database-fault tests stop and restart:
+// JOBPLANE_TEST_PG_CLUSTER, so that they can run against a private cluster
+// (with JOBPLANE_TEST_POSTGRES pointing at it) without disturbing anything
+// else using the machine's server; "main" by default.
+func pgCluster() string {
+	if c := os.Getenv("JOBPLANE_TEST_PG_CLUSTER"); c != "" {
+		return c
+	}
+	return "main"
+}
 
 func crashWhileHeld(t *testing.T, b backend, crash func(*server)) {
 	const key = "crash-held"

@@ -187,7 +187,7 @@ func TestLeasePostgresStopped(t *testing.T) {
 	out, _ := exec.Command("ls", "/etc/postgresql").Output()
 	ver := strings.TrimSpace(string(out))
 	pg := func(action string) {
-		b, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, "main", action).CombinedOutput()
+		b, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, pgCluster(), action).CombinedOutput()
 		require.NoError(t, err, "pg_ctlcluster %s: %s", action, b)
 	}
 	pg("stop")
