@@ -202,7 +202,7 @@ func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.Sign
 			writeError(w, h.log, err)
 			return
 		}
-		fn(w, r, call)
+		h.watchCrossTenant(w, r, call, fn) // MT2 audit: api/crosstenant.go
 	}
 }
 

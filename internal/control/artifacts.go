@@ -281,6 +281,9 @@ func (s *Service) checkResultArtifacts(ctx context.Context, tx store.Tx, a *stor
 	seen := map[string]bool{}
 	for _, aid := range ids {
 		art, err := tx.ArtifactGetByID(ctx, aid)
+		if err == nil {
+			noteCrossTenant(ctx, a.Tenant, "artifact", art.Tenant)
+		}
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (art.AttemptID != a.ID || art.State != store.ArtifactStored)) || seen[aid] {
 			return fmt.Errorf("artifact %s is not a verified artifact of attempt %s: %w", aid, a.ID, protocol.ErrArtifactInvalid)
 		}

@@ -105,6 +105,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 			return nil, mapStoreErr(err)
 		}
 		if a.RunnerID != call.Runner.ID || a.State != store.AttemptLeased || !now.Before(*a.LeaseExpiresAt) {
+			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", a.Tenant)
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
 			continue
 		}
@@ -376,13 +377,14 @@ func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.Sig
 	stale := fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
 	a, err := tx.AttemptGetByID(ctx, call.Attempt, true)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, zero, stale
+		a, err = nil, nil
 	}
 	if err != nil {
 		return nil, nil, zero, err
 	}
-	if a.RunID != call.Run || a.RunnerID != call.Runner.ID || a.Tenant != call.Runner.Tenant ||
+	if a == nil || a.RunID != call.Run || a.RunnerID != call.Runner.ID || a.Tenant != call.Runner.Tenant ||
 		!digestEqual(a.LeaseDigest, protocol.SHA256Hex([]byte(call.Lease))) {
+		refusedAttempt(ctx, tx, call, a) // crosstenant.go: MT2 audit, same answer
 		return nil, nil, zero, stale
 	}
 	now, err := tx.Now(ctx, s.clock.NowOrNil())
