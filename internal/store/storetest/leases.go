@@ -484,11 +484,11 @@ func testLeaseConcurrent(t *testing.T, s store.Store) {
 	const workers, per = 16, 4
 	key := []store.LeaseKey{lk("hot", 1)}
 	var (
-		mu      sync.Mutex
-		grants  []int64
-		errs    = make([]error, workers)
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
+		mu     sync.Mutex
+		grants []int64
+		errs   = make([]error, workers)
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
 		// Only a guard against hanging forever: a lost wakeup is detected
 		// below as a waiter left blocked while the key stays free, which
 		// does not depend on how loaded the machine is.
