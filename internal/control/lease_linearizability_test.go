@@ -193,7 +193,16 @@ func (s lkState) clone() lkState {
 // a free slot (expired holds count as free) and returns a token larger than
 // every earlier one of the key and an expiry within one TTL; it fails only
 // when every slot is taken by a hold not known to be gone; renew and release
-// succeed exactly for a live holder; expiry is decided by the clock.
+// are refused only when the hold is not live, and succeed only while it has
+// not been taken over or reaped; expiry is decided by the clock.
+//
+// A renewal or release may succeed on a hold whose expiry has passed but
+// which nobody took: its validity check ran when it was live (each operation
+// reads the clock when it starts, and may then wait on a row lock while the
+// clock moves on), and no acquirer can take the hold meanwhile (it skips a
+// hold whose attempt is locked). That is safe; a renewal after a takeover is
+// not, and is Illegal here. That renewals after expiry are refused at all is
+// pinned by TestL2_RefusedLeaseOperations.
 func leaseModel(limit int, ttl time.Duration) porcupine.Model {
 	ttlUS := ttl.Microseconds()
 	return porcupine.Model{
@@ -235,8 +244,11 @@ func leaseModel(limit int, ttl time.Duration) porcupine.Model {
 			case opRenew, opRelease:
 				k := s.find(i.Token)
 				live := k >= 0 && s.Holders[k].Exp > s.Now
-				if !o.OK || !live {
-					return o.OK == live, s
+				if !o.OK {
+					return !live, s
+				}
+				if k < 0 {
+					return false, s // the hold was taken over or reaped
 				}
 				s = s.clone()
 				if i.Kind == opRelease {
