@@ -767,10 +767,11 @@ func TestL1_LeaseLinearizability(t *testing.T) {
 				res := checkLeaseHistory(t, ops, attemptKeyFn(t, b.st))
 				require.Equal(t, porcupine.Ok, res, "the lease history is not linearizable")
 				checkLeaseInvariants(t, b)
-				n := total[0].Add(int64(len(ops)))
+				i := 0
 				if b.name == "postgres" {
-					n = total[1].Add(int64(len(ops)))
+					i = 1
 				}
+				n := total[i].Add(int64(len(ops)))
 				if r == rounds-1 {
 					t.Logf("%s: %d operations checked so far", b.name, n)
 				}

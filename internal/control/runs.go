@@ -328,20 +328,9 @@ func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunVi
 
 // ListRuns pages the tenant's runs, newest first.
 func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListParams) ([]*RunView, string, error) {
-	if p.Limit <= 0 || p.Limit > 500 {
-		p.Limit = 50
-	}
-	p.Tenant = actor.TenantID
-	want := p.Limit
-	p.Limit = want + 1
-	runs, err := s.store.RunList(ctx, &p)
+	runs, next, err := s.ListRunSummaries(ctx, actor, p)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
-	}
-	next := ""
-	if len(runs) > want {
-		runs = runs[:want]
-		next = runs[want-1].ID
+		return nil, "", err
 	}
 	out := make([]*RunView, 0, len(runs))
 	for _, r := range runs {
