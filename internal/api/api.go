@@ -257,7 +257,13 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
 		p.Detail = detail(err, pe)
 	} else {
-		log.Error("api: internal error", "err", err)
+		// A canceled request is a caller that hung up (or a server
+		// stopping): nobody reads the answer, and nothing went wrong.
+		if errors.Is(err, context.Canceled) {
+			log.Debug("api: request canceled", "err", err)
+		} else {
+			log.Error("api: internal error", "err", err)
+		}
 		p.Status, p.Code, p.Title = http.StatusInternalServerError, protocol.CodeInternal, "Internal error"
 	}
 	var fe *control.FieldError
