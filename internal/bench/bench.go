@@ -36,6 +36,11 @@ type Config struct {
 	// (idle.go): that many runners wait in long polls; memory, then
 	// dispatch latency over Dispatch runs.
 	Idle int
+	// IdleProcs, with Idle, puts the idle runners in that many child
+	// processes started with IdleCommand (idleproc.go), so that the memory
+	// measured is the server's alone.
+	IdleProcs   int
+	IdleCommand []string
 	// Dispatch is the number of runs of the paced dispatch-latency phase
 	// (default 200).
 	Dispatch int
@@ -165,7 +170,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 
 	if cfg.Idle > 0 {
-		idle, err := env.RunIdle(ctx, cfg.Idle, cfg.Dispatch)
+		run := env.RunIdle
+		if cfg.IdleProcs > 0 {
+			run = func(ctx context.Context, n, runs int) (*Idle, error) {
+				return env.RunIdleProcs(ctx, n, cfg.IdleProcs, runs, cfg.IdleCommand)
+			}
+		}
+		idle, err := run(ctx, cfg.Idle, cfg.Dispatch)
 		if err != nil {
 			return nil, err
 		}
@@ -306,8 +317,12 @@ func (r *Result) String() string {
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
 	if i := r.Idle; i != nil {
 		s += fmt.Sprintf("  idle runners   %d registered, %d waiting in a long poll at once\n", i.Runners, i.Waiting)
-		s += fmt.Sprintf("  memory         RSS %.1f MiB (%.1f MiB before they waited); Go heap %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB — server and runners together\n",
-			i.RSSMiB, i.BaselineRSSMiB, i.HeapMiB, i.StackMiB, i.SysMiB)
+		who := "server and runners together"
+		if i.Procs > 0 {
+			who = fmt.Sprintf("the server alone; the runners, in %d other processes, %.1f MiB", i.Procs, i.RunnersRSSMiB)
+		}
+		s += fmt.Sprintf("  memory         RSS %.1f MiB (%.1f MiB before they waited); Go heap %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB — %s\n",
+			i.RSSMiB, i.BaselineRSSMiB, i.HeapMiB, i.StackMiB, i.SysMiB, who)
 		s += fmt.Sprintf("  idle CPU       %.2f cores while they waited\n", i.IdleCPU)
 		s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, all runners waiting)\n",
 			i.DispatchLatency.P50ms, i.DispatchLatency.P99ms, i.DispatchLatency.MaxMs, i.Dispatch.Ops)

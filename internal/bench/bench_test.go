@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -244,4 +246,36 @@ func TestIdleSmoke(t *testing.T) {
 	if i == nil || i.Runners != 20 || i.Waiting != 20 || i.Dispatch.Ops != 3 || i.DispatchLatency.Count != 3 || i.RSSMiB <= 0 {
 		t.Fatalf("idle: %+v", i)
 	}
+}
+
+// TestIdleProcsSmoke runs the idle measurement with the runners in two
+// child processes (this test binary again, as TestIdleChildProcess).
+func TestIdleProcsSmoke(t *testing.T) {
+	if IsIdleChild() {
+		t.Skip("in an idle child")
+	}
+	res, err := Run(context.Background(), Config{Workers: 1, Idle: 21, IdleProcs: 2, Dispatch: 4,
+		IdleCommand: []string{os.Args[0], "-test.run=^TestIdleChildProcess$"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := res.Idle
+	if i == nil || i.Runners != 21 || i.Procs != 2 || i.Waiting != 21 || i.Dispatch.Ops != 4 || i.DispatchLatency.Count != 4 ||
+		i.RSSMiB <= 0 || i.RunnersRSSMiB <= 0 {
+		t.Fatalf("idle: %+v", i)
+	}
+}
+
+// TestIdleChildProcess is the body of TestIdleProcsSmoke's children; it
+// does nothing in a normal test run.
+func TestIdleChildProcess(t *testing.T) {
+	if !IsIdleChild() {
+		t.Skip("only as a child of TestIdleProcsSmoke")
+	}
+	err := IdleChild(context.Background(), os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }

@@ -60,8 +60,10 @@ type EnvConfig struct {
 // token and an HTTP client shared by every caller.
 type Env struct {
 	Server *server.Server
-	Admin  *apiclient.Client
-	HTTP   *http.Client
+	// URL is the server's base URL.
+	URL   string
+	Admin *apiclient.Client
+	HTTP  *http.Client
 	// Driver is "sqlite" or "postgres".
 	Driver string
 	// DSN is the --db value the server opened.
@@ -129,7 +131,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		},
 	}
 	return &Env{
-		Server: srv, HTTP: hc, Driver: driver, DSN: db, dir: dir,
+		Server: srv, URL: srv.URL(), HTTP: hc, Driver: driver, DSN: db, dir: dir,
 		Admin: &apiclient.Client{BaseURL: srv.URL(), Token: token, HTTP: hc},
 	}, nil
 }

@@ -44,6 +44,11 @@ type Idle struct {
 	BaselineRSSMiB float64 `json:"baseline_rss_mib"`
 	// IdleCPU is the process CPU per second of wall time while they waited.
 	IdleCPU float64 `json:"idle_cpu"`
+	// Procs is the number of child processes the runners lived in (0: this
+	// process, and the memory figures are server and runners together).
+	Procs int `json:"procs,omitempty"`
+	// RunnersRSSMiB is the children's resident sets, summed.
+	RunnersRSSMiB float64 `json:"runners_rss_mib,omitempty"`
 	// Dispatch is the paced lifecycle with all N runners waiting.
 	Dispatch        Phase   `json:"dispatch"`
 	DispatchLatency Latency `json:"dispatch_latency"`
@@ -137,7 +142,7 @@ func (e *Env) registerParallel(ctx context.Context, n, par int) ([]*Runner, erro
 				if err != nil {
 					return err
 				}
-				rc := &apiclient.RunnerClient{BaseURL: e.Server.URL(), Key: priv, HTTP: e.HTTP}
+				rc := &apiclient.RunnerClient{BaseURL: e.URL, Key: priv, HTTP: e.HTTP}
 				resp, err := rc.Register(gctx, tok.Token, protocol.RegisterRequest{
 					Name: fmt.Sprintf("idle-%d", i), PublicKey: protocol.EncodeKey(pub), Version: "bench",
 				})
@@ -154,9 +159,11 @@ func (e *Env) registerParallel(ctx context.Context, n, par int) ([]*Runner, erro
 
 func mib(b uint64) float64 { return float64(b*10/(1<<20)) / 10 }
 
-// rssMiB reads VmRSS from /proc (Linux); 0 elsewhere.
-func rssMiB() float64 {
-	f, err := os.Open("/proc/self/status")
+// rssMiB reads this process's VmRSS (Linux); 0 elsewhere.
+func rssMiB() float64 { return statusRSSMiB("/proc/self/status") }
+
+func statusRSSMiB(path string) float64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -85,19 +84,8 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 				}
 				l.claimLat = append(l.claimLat, t1.Sub(t0))
 				l.claimedAt[asg.RunID] = t1
-				ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
-				if _, err := r.Client.Renew(gctx, ref); err != nil {
-					return fmt.Errorf("runner %s: renew run %s: %w", r.ID, asg.RunID, err)
-				}
-				if err := r.Client.Logs(gctx, ref, protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: t1, Stream: "stdout", Text: "bench"}}}); err != nil {
-					return fmt.Errorf("runner %s: logs of run %s: %w", r.ID, asg.RunID, err)
-				}
-				res, err := r.Client.Result(gctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
-				if err != nil {
-					return fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
-				}
-				if res.RunState != "succeeded" {
-					return fmt.Errorf("runner %s: run %s is %s after its result, want succeeded", r.ID, asg.RunID, res.RunState)
+				if err := r.finish(gctx, asg, t1); err != nil {
+					return err
 				}
 				l.last = clock.Real{}.Now()
 				done.Add(1)

@@ -22,6 +22,7 @@ type BenchCmd struct {
 	CommitBatch int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
 	Backlog     int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
 	Idle        int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
+	IdleProcs   int    `name:"idle-procs" help:"With --idle: put the waiting runners in this many child processes, so that the memory reported is the server's alone (and more runners fit under the per-process descriptor limit)." placeholder:"P"`
 	Raw         bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
 	RawBatch    int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
 	JSON        bool   `help:"Print the result as JSON." name:"json"`
@@ -34,12 +35,15 @@ type BenchCmd struct {
 // Run performs the measurement. It fails (exit 1) when any run did not
 // succeed exactly once.
 func (c *BenchCmd) Run(g *Globals) error {
+	if bench.IsIdleChild() {
+		return bench.IdleChild(g.Ctx, g.Stdin, g.Stdout)
+	}
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
-		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog, Idle: c.Idle,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
 	if c.CPUProfile != "" {
@@ -52,6 +56,13 @@ func (c *BenchCmd) Run(g *Globals) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if c.IdleProcs > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--idle-procs: find this program to start its children: %w", err)
+		}
+		cfg.IdleCommand = []string{exe, "bench"}
 	}
 	tty := benchIsTerminal(g.Stderr)
 	if tty {
