@@ -203,65 +203,74 @@ func (s lkState) clone() lkState {
 // hold whose attempt is locked). That is safe; a renewal after a takeover is
 // not, and is Illegal here. That renewals after expiry are refused at all is
 // pinned by TestL2_RefusedLeaseOperations.
+//
+// The model is nondeterministic in one place: which expired holds a
+// successful acquire purged. An acquirer drops the expired holds it can lock
+// and skips the ones a renewal or release is working on, so with a limit
+// above one it may take a free slot and leave another expired hold in place
+// for its renewal to revive. Any choice that leaves at most limit holds is a
+// possible next state; with limit 1 the only choice is to purge them all.
 func leaseModel(limit int, ttl time.Duration) porcupine.Model {
 	ttlUS := ttl.Microseconds()
-	return porcupine.Model{
-		Init: func() any { return lkState{} },
-		Step: func(st, in, out any) (bool, any) {
+	nm := porcupine.NondeterministicModel{
+		Init: func() []any { return []any{lkState{}} },
+		Step: func(st, in, out any) []any {
 			s, i, o := st.(lkState), in.(lkInput), out.(lkOutput)
 			switch i.Kind {
 			case opAdvance:
 				if i.At < s.Now {
-					return false, s
+					return nil
 				}
 				s = s.clone()
 				s.Now = i.At
-				return true, s
+				return []any{s}
 			case opReap:
 				s = s.clone()
 				for _, tok := range o.Tokens {
 					k := s.find(tok)
 					if k >= 0 && s.Holders[k].Exp > s.Now {
-						return false, st // reaped a live hold
+						return nil // reaped a live hold
 					}
 					if k >= 0 {
 						s.Holders = slices.Delete(s.Holders, k, k+1)
 					}
 				}
-				return true, s
+				return []any{s}
 			case opAcquire:
 				if !o.OK {
-					return len(s.Holders) >= limit, s
+					if len(s.Holders) >= limit {
+						return []any{s}
+					}
+					return nil
 				}
 				if s.live() >= limit || o.Token <= s.Last || o.Exp > s.Now+ttlUS {
-					return false, s
+					return nil
 				}
-				s = s.clone()
-				s.Holders = slices.DeleteFunc(s.Holders, func(h lkHolder) bool { return h.Exp <= s.Now })
-				s.Holders = append(s.Holders, lkHolder{o.Token, o.Exp})
-				s.Last = o.Token
-				return true, s
+				return s.acquired(limit, lkHolder{o.Token, o.Exp})
 			case opRenew, opRelease:
 				k := s.find(i.Token)
 				live := k >= 0 && s.Holders[k].Exp > s.Now
 				if !o.OK {
-					return !live, s
+					if !live {
+						return []any{s}
+					}
+					return nil
 				}
 				if k < 0 {
-					return false, s // the hold was taken over or reaped
+					return nil // the hold was taken over or reaped
 				}
 				s = s.clone()
 				if i.Kind == opRelease {
 					s.Holders = slices.Delete(s.Holders, k, k+1)
-					return true, s
+					return []any{s}
 				}
 				if o.Exp > s.Now+ttlUS || o.Exp < s.Holders[k].Exp {
-					return false, s
+					return nil
 				}
 				s.Holders[k].Exp = o.Exp
-				return true, s
+				return []any{s}
 			}
-			return false, s
+			return nil
 		},
 		Equal: func(a, b any) bool {
 			x, y := a.(lkState), b.(lkState)
@@ -289,6 +298,36 @@ func leaseModel(limit int, ttl time.Duration) porcupine.Model {
 		},
 		DescribeState: func(st any) string { return fmt.Sprintf("%+v", st.(lkState)) },
 	}
+	return nm.ToModel()
+}
+
+// acquired returns the states after an acquire that returned h: every way
+// of purging expired holds (each kept or dropped) that leaves room for h.
+func (s lkState) acquired(limit int, h lkHolder) []any {
+	var expired []int
+	for k, x := range s.Holders {
+		if x.Exp <= s.Now {
+			expired = append(expired, k)
+		}
+	}
+	var next []any
+	for mask := 0; mask < 1<<len(expired); mask++ {
+		n := s.clone()
+		n.Holders = n.Holders[:0]
+		for k, x := range s.Holders {
+			if j := slices.Index(expired, k); j >= 0 && mask&(1<<j) != 0 {
+				continue // purged
+			}
+			n.Holders = append(n.Holders, x)
+		}
+		if len(n.Holders)+1 > limit {
+			continue
+		}
+		n.Holders = append(n.Holders, h)
+		n.Last = h.Token
+		next = append(next, n)
+	}
+	return next
 }
 
 // ---------------------------------------------------------------------------
@@ -886,4 +925,53 @@ func describeIllegal(t *testing.T, model porcupine.Model, hist []porcupine.Opera
 		fmt.Fprintf(&b, "  next c%-4d [%d,%d] %s\n", op.ClientId, op.Call, op.Return, model.DescribeOperation(op.Input, op.Output))
 	}
 	t.Logf("longest linearizable prefix: %d of %d operations\n%s", len(best), len(hist), b.String())
+}
+
+// TestLeaseModelSemaphorePurge pins the model's one nondeterministic step on
+// hand-made sequential histories: a semaphore acquirer may leave an expired
+// hold in place for its renewal to revive, but never so that more than limit
+// holds exist, and with limit 1 a renewal after a takeover stays Illegal.
+func TestLeaseModelSemaphorePurge(t *testing.T) {
+	t.Parallel()
+	const sec = int64(time.Second / time.Microsecond)
+	type op struct {
+		in  lkInput
+		out lkOutput
+	}
+	acq := func(tok, exp int64) op {
+		return op{lkInput{Kind: opAcquire, Key: "k"}, lkOutput{OK: true, Token: tok, Exp: exp}}
+	}
+	renew := func(tok, exp int64) op {
+		return op{lkInput{Kind: opRenew, Key: "k", Token: tok}, lkOutput{OK: true, Exp: exp}}
+	}
+	advance := func(at int64) op { return op{lkInput{Kind: opAdvance, At: at}, lkOutput{OK: true}} }
+	history := func(steps ...op) []porcupine.Operation {
+		var ops []porcupine.Operation
+		for i, s := range steps {
+			ops = append(ops, porcupine.Operation{ClientId: i, Input: s.in, Output: s.out, Call: int64(2 * i), Return: int64(2*i + 1)})
+		}
+		return ops
+	}
+	// Two holds expire; a third acquirer takes one slot.
+	a1, a2, tick, a3 := acq(1, 3*sec), acq(2, 3*sec), advance(4*sec), acq(3, 7*sec)
+	cases := []struct {
+		name         string
+		limit        int
+		ops          []porcupine.Operation
+		linearizable bool
+	}{
+		{"semaphore: revive the expired hold the acquirer skipped", 2,
+			history(a1, a2, tick, a3, renew(2, 7*sec)), true},
+		{"semaphore: a third live hold", 2,
+			history(a1, a2, tick, a3, renew(2, 7*sec), acq(4, 7*sec)), false},
+		{"semaphore: revive after both slots were taken", 2,
+			history(a1, a2, tick, a3, acq(4, 7*sec), renew(2, 7*sec)), false},
+		{"limit 1: renewal after a takeover", 1,
+			history(a1, tick, acq(2, 7*sec), renew(1, 7*sec)), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.linearizable, porcupine.CheckOperations(leaseModel(c.limit, lkTTL), c.ops))
+		})
+	}
 }
