@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // LeasesCmd shows and releases run leases.
@@ -12,28 +14,6 @@ type LeasesCmd struct {
 	List    LeasesListCmd    `cmd:"" default:"withargs" help:"List held lease keys."`
 	Show    LeasesShowCmd    `cmd:"" help:"Show a key: holders, fencing tokens, waiting runs."`
 	Release LeasesReleaseCmd `cmd:"" help:"Break-glass: force-release a key (admin); its holders are told to stop."`
-}
-
-type leaseHolder struct {
-	Key          string     `json:"key"`
-	Slot         int        `json:"slot"`
-	RunID        string     `json:"run_id"`
-	AttemptID    string     `json:"attempt_id"`
-	Runner       string     `json:"runner"`
-	FencingToken int64      `json:"fencing_token"`
-	AcquiredAt   time.Time  `json:"acquired_at"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-}
-
-type leaseView struct {
-	Key              string        `json:"key"`
-	LastFencingToken int64         `json:"last_fencing_token"`
-	ConsumedByRun    string        `json:"consumed_by_run"`
-	Holders          []leaseHolder `json:"holders"`
-	Waiting          []struct {
-		RunID string    `json:"run_id"`
-		Since time.Time `json:"since"`
-	} `json:"waiting"`
 }
 
 // LeasesListCmd lists held keys.
@@ -57,7 +37,7 @@ func (c *LeasesListCmd) Run(g *Globals) error {
 		return err
 	}
 	var out struct {
-		Leases []leaseHolder `json:"leases"`
+		Leases []protocol.LeaseHolder `json:"leases"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return err
@@ -98,7 +78,7 @@ func printLease(g *Globals, raw json.RawMessage, asJSON bool) error {
 		_, err := fmt.Fprintln(g.Stdout, string(raw))
 		return err
 	}
-	var v leaseView
+	var v protocol.LeaseView
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return err
 	}

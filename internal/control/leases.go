@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -132,36 +131,8 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 		"keys": released, "attempt": a.ID, "attempt_state": a.State, "holder": holder(a), "reason": "attempt " + string(a.State)})
 }
 
-// LeaseView is a key's holders and waiters.
-type LeaseView struct {
-	Key              string            `json:"key"`
-	LastFencingToken int64             `json:"last_fencing_token"`
-	ConsumedByRun    string            `json:"consumed_by_run,omitempty"`
-	Holders          []LeaseHolderView `json:"holders"`
-	Waiting          []LeaseWaiterView `json:"waiting"`
-}
-
-// LeaseHolderView is one holder.
-type LeaseHolderView struct {
-	Key          string     `json:"key"`
-	Slot         int        `json:"slot"`
-	RunID        string     `json:"run_id"`
-	AttemptID    string     `json:"attempt_id"`
-	Runner       string     `json:"runner"`
-	FencingToken int64      `json:"fencing_token"`
-	AcquiredAt   time.Time  `json:"acquired_at"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-}
-
-// LeaseWaiterView is a run waiting for a key.
-type LeaseWaiterView struct {
-	RunID     string    `json:"run_id"`
-	AttemptID string    `json:"attempt_id"`
-	Since     time.Time `json:"since"`
-}
-
-func holderView(h store.LeaseHold) LeaseHolderView {
-	v := LeaseHolderView{Key: h.Key, Slot: h.Slot, RunID: h.RunID, AttemptID: h.AttemptID, Runner: h.RunnerID,
+func holderView(h store.LeaseHold) protocol.LeaseHolder {
+	v := protocol.LeaseHolder{Key: h.Key, Slot: h.Slot, RunID: h.RunID, AttemptID: h.AttemptID, Runner: h.RunnerID,
 		FencingToken: h.FencingToken, AcquiredAt: h.AcquiredAt.UTC()}
 	if h.ExpiresAt != nil {
 		t := h.ExpiresAt.UTC()
@@ -171,12 +142,12 @@ func holderView(h store.LeaseHold) LeaseHolderView {
 }
 
 // ListLeases lists the held keys whose name starts with prefix.
-func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]LeaseHolderView, error) {
+func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]protocol.LeaseHolder, error) {
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, prefix)
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
-	out := make([]LeaseHolderView, 0, len(holds))
+	out := make([]protocol.LeaseHolder, 0, len(holds))
 	for _, h := range holds {
 		out = append(out, holderView(h))
 	}
@@ -184,8 +155,8 @@ func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([
 }
 
 // ShowLease returns a key's holders, its waiting runs and its counter.
-func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*LeaseView, error) {
-	v := &LeaseView{Key: key, Holders: []LeaseHolderView{}, Waiting: []LeaseWaiterView{}}
+func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*protocol.LeaseView, error) {
+	v := &protocol.LeaseView{Key: key, Holders: []protocol.LeaseHolder{}, Waiting: []protocol.LeaseWaiter{}}
 	st, err := s.store.LeaseKeyGet(ctx, actor.TenantID, key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, mapStoreErr(err)
@@ -207,7 +178,7 @@ func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*Leas
 		return nil, mapStoreErr(err)
 	}
 	for _, a := range waiters {
-		v.Waiting = append(v.Waiting, LeaseWaiterView{RunID: a.RunID, AttemptID: a.ID, Since: a.CreatedAt.UTC()})
+		v.Waiting = append(v.Waiting, protocol.LeaseWaiter{RunID: a.RunID, AttemptID: a.ID, Since: a.CreatedAt.UTC()})
 	}
 	return v, nil
 }
@@ -243,7 +214,7 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 // dropped and its run told to stop at its next renewal, the key's fencing
 // token moves on so the old holders are refused downstream, waiters are
 // unblocked, and who did it and why is audited.
-func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason string) (*LeaseView, error) {
+func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason string) (*protocol.LeaseView, error) {
 	if err := requireAdmin(actor); err != nil {
 		return nil, err
 	}

@@ -320,3 +320,32 @@ type AuditList struct {
 	Events []AuditEvent `json:"events"`
 	Next   int64        `json:"next"`
 }
+
+// LeaseView is a key as GET /v1/leases/{key} shows it: its holders and
+// the runs waiting for it.
+type LeaseView struct {
+	Key              string        `json:"key"`
+	LastFencingToken int64         `json:"last_fencing_token"`
+	ConsumedByRun    string        `json:"consumed_by_run,omitempty"`
+	Holders          []LeaseHolder `json:"holders"`
+	Waiting          []LeaseWaiter `json:"waiting"`
+}
+
+// LeaseHolder is one hold of a key (GET /v1/leases lists them).
+type LeaseHolder struct {
+	Key          string     `json:"key"`
+	Slot         int        `json:"slot"`
+	RunID        string     `json:"run_id"`
+	AttemptID    string     `json:"attempt_id"`
+	Runner       string     `json:"runner"`
+	FencingToken int64      `json:"fencing_token"`
+	AcquiredAt   time.Time  `json:"acquired_at"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+}
+
+// LeaseWaiter is a run waiting for a key.
+type LeaseWaiter struct {
+	RunID     string    `json:"run_id"`
+	AttemptID string    `json:"attempt_id"`
+	Since     time.Time `json:"since"`
+}

@@ -84,7 +84,7 @@ func (h *Handler) approvals(w http.ResponseWriter, r *http.Request, s *session) 
 // ---- leases ----
 
 type leasesData struct {
-	Keys []*control.LeaseView
+	Keys []*protocol.LeaseView
 	CSRF string
 	// Problem is a refused break-glass release, shown above the table.
 	Problem *problem

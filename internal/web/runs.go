@@ -113,7 +113,7 @@ type decisionRecord struct {
 // runLease is one of a run's lease keys with this run's hold, if any.
 type runLease struct {
 	store.LeaseKey
-	Holding *control.LeaseHolderView
+	Holding *protocol.LeaseHolder
 }
 
 type timelineEvent struct {
