@@ -114,13 +114,33 @@ func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store
 	case err != nil:
 		return nil, mapStoreErr(err)
 	}
-	switch in.Status {
-	case store.GitHubInstallationSuspended:
-		return nil, fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
-	case store.GitHubInstallationDeleted:
-		return nil, fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+	if err := installationStatusErr(in); err != nil {
+		return nil, err
 	}
 	return in, nil
+}
+
+// installationClaimable refuses, in the claim's transaction, a tenant
+// whose installation is no longer active.
+func installationClaimable(ctx context.Context, tx store.Tx, tenant string) error {
+	in, err := tx.GitHubInstallationGetByTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return installationStatusErr(in)
+}
+
+func installationStatusErr(in *store.GitHubInstallation) error {
+	switch in.Status {
+	case store.GitHubInstallationSuspended:
+		return fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
+	case store.GitHubInstallationDeleted:
+		return fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+	}
+	return nil
 }
 
 // tenantCatalog is the catalog a GitHub tenant's API requests use: its
