@@ -56,7 +56,7 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 		require.NoError(t, err)
 		return in
 	}
-	gc := newGitHubCatalogs(app, st, "prod", slog.New(slog.DiscardHandler))
+	gc := newGitHubCatalogs(app, st, "prod", fc, slog.New(slog.DiscardHandler))
 
 	cat, err := gc.TenantCatalog(ctx, inst(1))
 	require.NoError(t, err)
@@ -102,4 +102,23 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 		}
 	}
 	require.Positive(t, tokens)
+
+	// The scheduler's reads: a head read less than a minute ago is not
+	// read again; an older one is.
+	n := len(f.Requests())
+	for range 5 {
+		cat, err = gc.TenantCatalogWithin(ctx, inst(1), time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, sha2, cat.Commit())
+	}
+	require.Len(t, f.Requests(), n, "no API call within the minute")
+	cat2, err = gc.TenantCatalogWithin(ctx, inst(2), time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, cat2)
+	fc.Advance(time.Minute)
+	sha3 := fakegithub.Commit(t, defsDir, map[string]string{"jobs/fmt.yaml": strings.ReplaceAll(tenantJob, "lint", "fmt")})
+	cat, err = gc.TenantCatalogWithin(ctx, inst(1), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, sha3, cat.Commit(), "a minute later the head is read again")
+	require.Greater(t, len(f.Requests()), n)
 }
