@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -176,5 +177,55 @@ func TestTenantScheduleDeniedByTenantPolicy(t *testing.T) {
 		runs := e.runs(1)
 		require.Len(t, runs, 1)
 		require.Equal(t, store.RunDenied, runs[0].Run.State)
+	})
+}
+
+// The jobs and catalogs views of a tenant with .jobplane are its own
+// definitions; another tenant and the default tenant see theirs.
+func TestCatalogViewsPerTenant(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		e, _ := tenantScheduleEnv(t, st)
+		def, err := st.TenantEnsure(ctx, control.DefaultTenant, nil)
+		require.NoError(t, err)
+		names := func(tenant, channel string) ([]string, error) {
+			v, err := e.svc.ListJobs(ctx, control.Actor{TenantID: tenant, Name: "someone"}, channel, "")
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for _, j := range v.Jobs {
+				out = append(out, j.Name)
+			}
+			return out, nil
+		}
+		got, err := names(e.tenant(1), "")
+		require.NoError(t, err)
+		require.Equal(t, []string{"other", "report"}, got)
+		got, err = names(e.tenant(2), "prod")
+		require.NoError(t, err)
+		require.Equal(t, []string{"nightly"}, got, "without .jobplane: the server's")
+		got, err = names(def.ID, "prod")
+		require.NoError(t, err)
+		require.Equal(t, []string{"nightly"}, got)
+		_, err = names(e.tenant(1), "staging")
+		require.ErrorIs(t, err, protocol.ErrUnknownChannel)
+
+		_, err = e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(1)}, "prod", "", "nightly")
+		require.ErrorIs(t, err, protocol.ErrUnknownJob, "the server's job is not the tenant's")
+		_, err = e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(2)}, "prod", "", "report")
+		require.ErrorIs(t, err, protocol.ErrUnknownJob, "another tenant's job is unknown")
+		v, err := e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(1)}, "prod", "", "report")
+		require.NoError(t, err)
+		require.Equal(t, "report", v.Name)
+
+		cv, err := e.svc.Catalogs(ctx, control.Actor{TenantID: e.tenant(1)})
+		require.NoError(t, err)
+		require.Len(t, cv.Channels, 1)
+		cv2, err := e.svc.Catalogs(ctx, control.Actor{TenantID: e.tenant(2)})
+		require.NoError(t, err)
+		require.Len(t, cv2.Channels, 1)
+		require.NotEqual(t, cv.Channels[0].ActiveCommit, cv2.Channels[0].ActiveCommit)
 	})
 }
