@@ -415,10 +415,11 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 
 // CreateInstallationRegistrationToken makes a runner registration token
 // for an installation's tenant. Only an admin of the operator's tenant
-// ("default") may: a tenant's runners decide who runs its pull requests
-// from forks, which is the operator's to decide. The runner it registers belongs to that tenant alone, whatever it
-// asks later; with self_hosted and allowed_repos it is the customer's
-// runner for some of the installation's repositories.
+// ("default") may: a tenant's managed runners are what keeps its forks'
+// pull requests in safe mode, which is the operator's to decide. The
+// runner it registers belongs to that tenant alone, whatever it asks
+// later; with self_hosted and allowed_repos it is the customer's runner
+// for some of the installation's repositories.
 func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
 	on, err := s.operatorOn(ctx, actor, installation, "register runners for")
 	if err != nil {
