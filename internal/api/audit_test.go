@@ -267,6 +267,24 @@ func TestAU1AuditCoverage(t *testing.T) {
 				_, err := e.admin.CreateInstallationRegistrationToken(ctx, 78, protocol.RegistrationTokenRequest{SelfHosted: true, AllowedRepos: []string{"globex/ci"}})
 				return err
 			}, want: []string{"registration_token.created"}},
+			"POST /v1/github/installations/{id}/principals": {setup: func(e *auditSweep) {
+				body := []byte(`{"action":"created","installation":{"id":79,"account":{"login":"initech"}},"repositories":[]}`)
+				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-79", Event: "installation", Body: body})
+				require.NoError(t, err)
+			}, do: func(e *auditSweep) error {
+				_, err := e.admin.CreateInstallationPrincipal(ctx, 79, protocol.PrincipalRequest{Name: "peter"})
+				return err
+			}, want: []string{"principal.created"}},
+			"POST /v1/github/installations/{id}/principals/{name}/tokens": {setup: func(e *auditSweep) {
+				body := []byte(`{"action":"created","installation":{"id":80,"account":{"login":"hooli"}},"repositories":[]}`)
+				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-80", Event: "installation", Body: body})
+				require.NoError(t, err)
+				_, err = e.admin.CreateInstallationPrincipal(ctx, 80, protocol.PrincipalRequest{Name: "gavin"})
+				require.NoError(t, err)
+			}, do: func(e *auditSweep) error {
+				_, err := e.admin.CreateInstallationPrincipalToken(ctx, 80, "gavin", protocol.PrincipalTokenRequest{})
+				return err
+			}, want: []string{"token.created"}},
 			"POST /v1/catalogs/sync": {setup: func(e *auditSweep) {
 				_, err := gitsync.CommitFiles(e.repo, "main", map[string]string{"jobs/more.yaml": "name: more\nrun: {command: [\"true\"]}\n"}, "more")
 				require.NoError(t, err)

@@ -33,6 +33,8 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 	// Installations come only from deliveries; without the App there are
 	// none and this answers 404.
 	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))
+	m.HandleFunc("POST /v1/github/installations/{id}/principals", h.user(h.createInstallationPrincipal))
+	m.HandleFunc("POST /v1/github/installations/{id}/principals/{name}/tokens", h.user(h.createInstallationToken))
 	if cfg == nil {
 		return
 	}
@@ -43,6 +45,56 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 		cfg.MaxBody = github.MaxWebhookBody
 	}
 	m.HandleFunc("POST /v1/github/webhook", h.githubWebhook(cfg))
+}
+
+func installationID(r *http.Request) (int64, error) {
+	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || inst <= 0 {
+		return 0, fmt.Errorf("installation ID must be a positive integer: %w", protocol.ErrBadRequest)
+	}
+	return inst, nil
+}
+
+// createInstallationPrincipal answers POST
+// /v1/github/installations/{id}/principals (operator admins).
+func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	inst, err := installationID(r)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	var req protocol.PrincipalRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	p, err := h.svc.CreateInstallationPrincipal(r.Context(), actor, inst, &req)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, protocol.Principal{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin, CreatedAt: p.CreatedAt.UTC()})
+}
+
+// createInstallationToken answers POST
+// /v1/github/installations/{id}/principals/{name}/tokens (operator admins).
+func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	inst, err := installationID(r)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	var req protocol.PrincipalTokenRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	resp, err := h.svc.CreateInstallationToken(r.Context(), actor, inst, r.PathValue("name"), req.TTLSeconds)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, resp)
 }
 
 // createInstallationRegToken answers POST

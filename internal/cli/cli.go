@@ -57,7 +57,7 @@ type cliRoot struct {
 	Tokens     TokensCmd     `cmd:"" help:"Manage API tokens (admin)."`
 	Leases     LeasesCmd     `cmd:"" help:"Show run leases, or force-release one (admin)."`
 	Catalogs   CatalogsCmd   `cmd:"" help:"Show each channel's active and rejected commits, or sync now (admin)."`
-	Schedules  SchedulesCmd  `cmd:"" help:"List the jobs' schedules and their next firings."`
+	Schedules  SchedulesCmd  `cmd:"" help:"List the schedules of your tenant's definitions and their next firings (an installation's tenant: its .jobplane schedules)."`
 	Jobs       JobsCmd       `cmd:"" help:"List a channel's jobs or show one: definition, owners, runbook, who may run it."`
 	Validate   ValidateCmd   `cmd:"" help:"Validate a definitions repository (a directory on disk or a revision) and run its policy tests."`
 	Diff       DiffCmd       `cmd:"" help:"Show who gains or loses the right to run which job between two revisions."`

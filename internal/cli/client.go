@@ -465,8 +465,9 @@ type PrincipalsCmd struct {
 // PrincipalsCreateCmd creates a principal.
 type PrincipalsCreateCmd struct {
 	ClientFlags
-	Name string `arg:"" help:"Principal name (matches names in groups.yaml)."`
-	Kind string `default:"user" enum:"user,service" help:"user or service."`
+	Name         string `arg:"" help:"Principal name (matches names in groups.yaml)."`
+	Kind         string `default:"user" enum:"user,service" help:"user or service."`
+	Installation int64  `help:"Create it in the tenant of this GitHub App installation (operator admins); it is never an admin there." placeholder:"ID"`
 }
 
 // Run creates the principal.
@@ -475,14 +476,24 @@ func (c *PrincipalsCreateCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	p, err := cl.CreatePrincipal(g.Ctx, protocol.PrincipalRequest{Name: c.Name, Kind: c.Kind})
+	req := protocol.PrincipalRequest{Name: c.Name, Kind: c.Kind}
+	var p *protocol.Principal
+	if c.Installation != 0 {
+		p, err = cl.CreateInstallationPrincipal(g.Ctx, c.Installation, req)
+	} else {
+		p, err = cl.CreatePrincipal(g.Ctx, req)
+	}
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(g.Stdout, p)
 	}
-	fmt.Fprintf(g.Stdout, "principal %s (%s) created; give it a token with: jobplane tokens create --principal %s\n", p.Name, p.Kind, p.Name)
+	inst := ""
+	if c.Installation != 0 {
+		inst = fmt.Sprintf(" --installation %d", c.Installation)
+	}
+	fmt.Fprintf(g.Stdout, "principal %s (%s) created; give it a token with: jobplane tokens create%s --principal %s\n", p.Name, p.Kind, inst, p.Name)
 	return nil
 }
 
@@ -495,8 +506,9 @@ type TokensCmd struct {
 // TokensCreateCmd creates a token.
 type TokensCreateCmd struct {
 	ClientFlags
-	Principal string        `required:"" help:"Principal name."`
-	TTL       time.Duration `help:"Lifetime (default: no expiry)."`
+	Principal    string        `required:"" help:"Principal name."`
+	TTL          time.Duration `help:"Lifetime (default: no expiry)."`
+	Installation int64         `help:"The principal is in the tenant of this GitHub App installation (operator admins)." placeholder:"ID"`
 }
 
 // Run creates the token.
@@ -505,7 +517,13 @@ func (c *TokensCreateCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	resp, err := cl.CreatePrincipalToken(g.Ctx, c.Principal, protocol.PrincipalTokenRequest{TTLSeconds: int(c.TTL / time.Second)})
+	req := protocol.PrincipalTokenRequest{TTLSeconds: int(c.TTL / time.Second)}
+	var resp *protocol.TokenResponse
+	if c.Installation != 0 {
+		resp, err = cl.CreateInstallationPrincipalToken(g.Ctx, c.Installation, c.Principal, req)
+	} else {
+		resp, err = cl.CreatePrincipalToken(g.Ctx, c.Principal, req)
+	}
 	if err != nil {
 		return err
 	}

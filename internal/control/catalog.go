@@ -306,6 +306,13 @@ func (s *Service) SyncCatalogs(ctx context.Context, actor Actor) (*CatalogsView,
 // Catalogs shows, for every channel branch, the active commit and when it
 // was activated, and the newest rejected commits with their errors.
 func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, error) {
+	in, err := s.installationOf(ctx, actor)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		return s.tenantCatalogs(ctx, in)
+	}
 	cs, err := s.catalogSource()
 	if err != nil {
 		return nil, err
@@ -348,7 +355,31 @@ func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, err
 
 // jobCatalog resolves a channel for the jobs API; an empty channel means the
 // only one, when there is only one.
-func (s *Service) jobCatalog(ctx context.Context, channel, ref string) (JobCatalog, string, error) {
+func (s *Service) jobCatalog(ctx context.Context, actor Actor, channel, ref string) (JobCatalog, string, error) {
+	in, err := s.installationOf(ctx, actor)
+	if err != nil {
+		return nil, "", err
+	}
+	if in != nil {
+		// An installation's tenant sees what its requests would run: its
+		// .jobplane definitions, else the server's, on the GitHub channel.
+		if channel == "" {
+			channel = s.githubChannel()
+		}
+		if channel != s.githubChannel() {
+			return nil, "", fmt.Errorf("channel %q: the definitions of GitHub installation %d (%s) are served on channel %s only: %w",
+				channel, in.ID, in.Account, s.githubChannel(), protocol.ErrUnknownChannel)
+		}
+		cat, err := s.githubCatalogWithin(ctx, in, TenantScheduleRefresh)
+		if err != nil {
+			return nil, "", err
+		}
+		jc, ok := cat.(JobCatalog)
+		if !ok {
+			return nil, "", fmt.Errorf("definitions cannot list jobs: %w", protocol.ErrCatalogUnavailable)
+		}
+		return jc, channel, nil
+	}
 	if s.defs == nil {
 		return nil, "", fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
 	}
@@ -374,7 +405,7 @@ func (s *Service) jobCatalog(ctx context.Context, channel, ref string) (JobCatal
 
 // ListJobs lists the jobs of a channel's active commit.
 func (s *Service) ListJobs(ctx context.Context, actor Actor, channel, ref string) (*JobsView, error) {
-	cat, channel, err := s.jobCatalog(ctx, channel, ref)
+	cat, channel, err := s.jobCatalog(ctx, actor, channel, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +422,7 @@ func (s *Service) ListJobs(ctx context.Context, actor Actor, channel, ref string
 // they would need. Rules conditioned on other parameter values may allow
 // more than the list shows.
 func (s *Service) ShowJob(ctx context.Context, actor Actor, channel, ref, name string) (*JobView, error) {
-	cat, channel, err := s.jobCatalog(ctx, channel, ref)
+	cat, channel, err := s.jobCatalog(ctx, actor, channel, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -421,4 +452,32 @@ func (s *Service) ShowJob(ctx context.Context, actor Actor, channel, ref, name s
 		}
 	}
 	return out, nil
+}
+
+// installationOf is the GitHub installation of the caller's tenant, or nil.
+func (s *Service) installationOf(ctx context.Context, actor Actor) (*store.GitHubInstallation, error) {
+	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	return in, mapStoreErr(err)
+}
+
+// tenantCatalogs is the catalogs view of an installation's tenant: the one
+// channel its definitions are served on, at the commit its requests would
+// use. The server's rejected commits and their authors are the operator's
+// business and are not shown to a tenant that uses the server's
+// definitions; a tenant's own .jobplane errors are in the server log.
+func (s *Service) tenantCatalogs(ctx context.Context, in *store.GitHubInstallation) (*CatalogsView, error) {
+	v := ChannelView{Channel: s.githubChannel(), Rejected: []RejectedView{}}
+	cat, err := s.githubCatalogWithin(ctx, in, TenantScheduleRefresh)
+	if err != nil {
+		if !errors.Is(err, protocol.ErrCatalogUnavailable) && !errors.Is(err, protocol.ErrUnavailable) {
+			return nil, err
+		}
+		v.Error = err.Error()
+	} else {
+		v.Branch, v.ActiveCommit, v.Head = cat.Branch(), cat.Commit(), cat.Commit()
+	}
+	return &CatalogsView{Channels: []ChannelView{v}}, nil
 }

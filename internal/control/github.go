@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/failpoint"
@@ -192,10 +193,32 @@ func (s *Service) applyInstallationEvent(ctx context.Context, tx store.Tx, d Git
 			return fmt.Errorf("remove repository %s: %w", r.FullName, err)
 		}
 	}
-	return s.audit(ctx, tx, in.Tenant, GitHubActor, "github."+d.Event+"."+ev.Action, githubSubject(in.ID), map[string]any{
+	details := map[string]any{
 		"delivery": d.ID, "account": in.Account, "status": in.Status, "previous_status": prev,
 		"repositories_added": repoNames(added), "repositories_removed": repoNames(removed), "sender": ev.Sender.Login,
-	})
+	}
+	// Runs of repositories the installation no longer grants cannot fetch
+	// their source nor report back: end them with the loss.
+	var lost map[string]bool
+	reason := ""
+	switch {
+	case in.Status == store.GitHubInstallationDeleted:
+		reason = "GitHub installation " + strconv.FormatInt(in.ID, 10) + " was deleted"
+	case len(removed) > 0:
+		lost = map[string]bool{}
+		for _, r := range removed {
+			lost[strings.ToLower(r.FullName)] = true
+		}
+		reason = "GitHub installation " + strconv.FormatInt(in.ID, 10) + " no longer grants " + strings.Join(repoNames(removed), ", ")
+	}
+	if reason != "" {
+		ended, err := s.endLostRuns(ctx, tx, in, lost, reason)
+		if err != nil {
+			return err
+		}
+		details["runs_cancelled"], details["runs_stopping"] = ended.Cancelled, ended.Stopping
+	}
+	return s.audit(ctx, tx, in.Tenant, GitHubActor, "github."+d.Event+"."+ev.Action, githubSubject(in.ID), details)
 }
 
 func githubSubject(installation int64) string {

@@ -103,6 +103,7 @@ func (s *Service) DispatchGitHubChecks(ctx context.Context, w GitHubCheckWriter,
 	sent := 0
 	var errs []error
 	start := s.clock.Now()
+	access := map[int64]*checkAccess{}
 	for _, u := range claimed {
 		if s.clock.Now().Sub(start) > checkHold-checkSendTimeout {
 			// The rest of the batch is about to be released to other
@@ -112,6 +113,12 @@ func (s *Service) DispatchGitHubChecks(ctx context.Context, w GitHubCheckWriter,
 		cr, err := s.store.GitHubCheckRunGet(ctx, u.RunID)
 		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if held, err := s.checkHeld(ctx, access, cr, u); err != nil || held {
+			if err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		sendCtx, cancel := context.WithTimeout(ctx, checkSendTimeout)
@@ -194,4 +201,27 @@ func (s *Service) sendCheck(ctx context.Context, w GitHubCheckWriter, cr *store.
 	}
 	_, err := w.UpdateCheckRun(ctx, cr.InstallationID, cr.Repo, cr.CheckRunID, upd)
 	return err
+}
+
+// checkHeld keeps an update from GitHub when GitHub would refuse it: one
+// of a repository the installation lost, or of a deleted installation, is
+// dropped with the reason (never retried); one of a suspended installation
+// waits for the longest backoff and is sent after the unsuspension.
+func (s *Service) checkHeld(ctx context.Context, cache map[int64]*checkAccess, cr *store.GitHubCheckRun, u *store.GitHubCheckUpdate) (bool, error) {
+	a, err := s.accessOf(ctx, cache, cr.InstallationID)
+	if err != nil {
+		return false, err
+	}
+	if reason := a.lostReason(cr.Repo); reason != "" {
+		s.log.Info("github: check run update dropped", "run_id", u.RunID, "repo", cr.Repo, "reason", reason)
+		return true, s.store.GitHubCheckMarkSent(ctx, u.RunID, u.Seq, checkDropped(reason), s.clock.NowOrNil())
+	}
+	if a.status == store.GitHubInstallationSuspended {
+		now, err := s.store.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return true, err
+		}
+		return true, s.store.GitHubCheckRetry(ctx, u.RunID, u.Seq, now.Add(checkBackoffMax), "held: GitHub installation suspended")
+	}
+	return false, nil
 }

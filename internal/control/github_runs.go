@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -114,30 +115,48 @@ func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store
 	case err != nil:
 		return nil, mapStoreErr(err)
 	}
-	switch in.Status {
-	case store.GitHubInstallationSuspended:
-		return nil, fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
-	case store.GitHubInstallationDeleted:
-		return nil, fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+	if err := installationStatusErr(in); err != nil {
+		return nil, err
 	}
 	return in, nil
 }
 
+// installationClaimable refuses, in the claim's transaction, a tenant
+// whose installation is no longer active.
+func installationClaimable(ctx context.Context, tx store.Tx, tenant string) error {
+	in, err := tx.GitHubInstallationGetByTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	return installationStatusErr(in)
+}
+
+func installationStatusErr(in *store.GitHubInstallation) error {
+	switch in.Status {
+	case store.GitHubInstallationSuspended:
+		return fmt.Errorf("GitHub installation %d (%s) is suspended: %w", in.ID, in.Account, protocol.ErrInstallationSuspended)
+	case store.GitHubInstallationDeleted:
+		return fmt.Errorf("GitHub installation %d (%s) was deleted: %w", in.ID, in.Account, protocol.ErrInstallationDeleted)
+	}
+	return nil
+}
+
 // tenantCatalog is the catalog a GitHub tenant's API requests use: its
-// .jobplane definitions, under the GitHub channel only; nil when the tenant
-// has none (the channel's catalog applies).
+// .jobplane definitions, else the server's on the GitHub channel; either
+// way on the GitHub channel only. nil for a tenant that is not a GitHub
+// tenant (the channel's catalog applies).
 func (s *Service) tenantCatalog(ctx context.Context, in *store.GitHubInstallation, channel string) (Catalog, error) {
-	if in == nil || s.gh == nil || s.gh.Catalogs == nil {
+	if in == nil {
 		return nil, nil
 	}
-	cat, err := s.gh.Catalogs.TenantCatalog(ctx, in)
-	if err != nil || cat == nil {
-		return nil, err
-	}
 	if channel != s.githubChannel() {
-		return nil, fmt.Errorf("channel %q: the definitions of %s/.jobplane serve only channel %s: %w", channel, in.Account, s.githubChannel(), protocol.ErrUnknownChannel)
+		return nil, fmt.Errorf("channel %q: the definitions of GitHub installation %d (%s) are served on channel %s only: %w",
+			channel, in.ID, in.Account, s.githubChannel(), protocol.ErrUnknownChannel)
 	}
-	return cat, nil
+	return s.githubCatalog(ctx, in)
 }
 
 // openRunCheck opens the Check Run of a GitHub run in its request
@@ -339,8 +358,20 @@ func (s *Service) requestPullRequestRun(ctx context.Context, d GitHubDelivery, e
 // githubCatalog is the tenant's own definitions when its installation has
 // a .jobplane repository, else the server's on the GitHub channel.
 func (s *Service) githubCatalog(ctx context.Context, in *store.GitHubInstallation) (Catalog, error) {
+	return s.githubCatalogWithin(ctx, in, 0)
+}
+
+// githubCatalogWithin is githubCatalog answering from a .jobplane head read
+// less than maxAge ago (0: read it now).
+func (s *Service) githubCatalogWithin(ctx context.Context, in *store.GitHubInstallation, maxAge time.Duration) (Catalog, error) {
 	if s.gh != nil && s.gh.Catalogs != nil {
-		cat, err := s.gh.Catalogs.TenantCatalog(ctx, in)
+		var cat Catalog
+		var err error
+		if w, ok := s.gh.Catalogs.(GitHubCatalogsWithin); ok && maxAge > 0 {
+			cat, err = w.TenantCatalogWithin(ctx, in, maxAge)
+		} else {
+			cat, err = s.gh.Catalogs.TenantCatalog(ctx, in)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -384,30 +415,67 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 
 // CreateInstallationRegistrationToken makes a runner registration token
 // for an installation's tenant. Only an admin of the operator's tenant
-// ("default") may: installation tenants have no principals of their own
-// yet. The runner it registers belongs to that tenant alone, whatever it
-// asks later; with self_hosted and allowed_repos it is the customer's
-// runner for some of the installation's repositories.
+// ("default") may: a tenant's managed runners are what keeps its forks'
+// pull requests in safe mode, which is the operator's to decide. The
+// runner it registers belongs to that tenant alone, whatever it asks
+// later; with self_hosted and allowed_repos it is the customer's runner
+// for some of the installation's repositories.
 func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
-	if err := requireAdmin(actor); err != nil {
+	on, err := s.operatorOn(ctx, actor, installation, "register runners for")
+	if err != nil {
 		return nil, err
+	}
+	return s.CreateRegistrationToken(ctx, on, req)
+}
+
+// operatorOn checks that actor is an operator (an admin of the default
+// tenant) and returns the actor acting as an admin in the tenant of an
+// active installation. An admin of any other tenant — an installation's
+// own included — is refused: installation tenants never administer
+// themselves, so that their runners and principals stay the operator's.
+func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int64, what string) (Actor, error) {
+	if err := requireAdmin(actor); err != nil {
+		return Actor{}, err
 	}
 	t, err := s.store.TenantGetByID(ctx, actor.TenantID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return Actor{}, mapStoreErr(err)
 	}
 	if t.Name != DefaultTenant {
-		return nil, fmt.Errorf("only an admin of the %q tenant may register runners for installations: %w", DefaultTenant, protocol.ErrForbidden)
+		return Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
 	}
 	in, err := s.store.GitHubInstallationGet(ctx, installation)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
+		return Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return Actor{}, mapStoreErr(err)
 	}
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
+		return Actor{}, err
+	}
+	return Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, nil
+}
+
+// CreateInstallationPrincipal adds a principal to an installation's tenant
+// (operators only), so that the installation's own people can list, request
+// and approve that tenant's runs through the API. It is never an admin:
+// it cannot create principals, tokens or runners, nor read the audit log;
+// what it may run or approve is up to the tenant's policies and groups.
+func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor Actor, installation int64, req *protocol.PrincipalRequest) (*store.Principal, error) {
+	on, err := s.operatorOn(ctx, actor, installation, "create principals for")
+	if err != nil {
 		return nil, err
 	}
-	return s.CreateRegistrationToken(ctx, Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, req)
+	return s.CreatePrincipal(ctx, on, req)
+}
+
+// CreateInstallationToken issues an API token for a principal of an
+// installation's tenant (operators only).
+func (s *Service) CreateInstallationToken(ctx context.Context, actor Actor, installation int64, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
+	on, err := s.operatorOn(ctx, actor, installation, "create tokens for")
+	if err != nil {
+		return nil, err
+	}
+	return s.CreateToken(ctx, on, principal, ttlSeconds)
 }

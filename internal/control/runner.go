@@ -129,7 +129,8 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	if len(req.RequestID) > 200 {
 		return nil, fmt.Errorf("request_id too long: %w", protocol.ErrBadRequest)
 	}
-	if err := s.checkInstallation(ctx, call.Runner.Tenant); err != nil {
+	inst, err := s.activeInstallation(ctx, call.Runner.Tenant)
+	if err != nil {
 		return nil, err
 	}
 	if req.RequestID != "" {
@@ -147,7 +148,7 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	for {
 		wake := s.store.Wake()
 		s.lines.setTrying(w, true)
-		a, err := s.claimOnce(ctx, call, req.RequestID)
+		a, err := s.claimOnce(ctx, call, req.RequestID, inst != nil)
 		s.lines.setTrying(w, false)
 		if a == nil && ctx.Err() != nil {
 			// The caller left while its claim waited for a group
@@ -190,18 +191,21 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	}
 }
 
-func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string, github bool) (*protocol.Assignment, error) {
 	// A claimed attempt whose permission was revoked since the request ends
 	// its run denied; then the next eligible attempt is tried.
 	for {
-		asg, revoked, err := s.claimTx(ctx, call, requestID)
+		asg, revoked, err := s.claimTx(ctx, call, requestID, github)
 		if err != nil || !revoked {
 			return asg, err
 		}
 	}
 }
 
-func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string) (asg *protocol.Assignment, revoked bool, err error) {
+// github says the runner's tenant is a GitHub installation's: its status
+// is read again inside the claim transaction, so that a claim long-polling
+// across a suspension (or a deletion) hands out nothing of that tenant.
+func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, github bool) (asg *protocol.Assignment, revoked bool, err error) {
 	token := id.Secret(32)
 	var claimed *store.Attempt
 	err = s.commits.do(ctx, func(tx store.Tx) error {
@@ -216,6 +220,13 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		}
 		if err != nil {
 			return err
+		}
+		if github {
+			// Only after an attempt was found: an idle long-poll costs
+			// nothing more. The refusal rolls the claim back.
+			if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
+				return err
+			}
 		}
 		r, err := tx.RunGetByID(ctx, a.RunID, true)
 		if err != nil {

@@ -166,12 +166,21 @@ func (s *Service) scheduledChannels(ctx context.Context) (cats map[string]Schedu
 }
 
 // FireSchedules runs one scheduler pass: for every fixed channel's active
-// catalog and every job whose schedule names that channel, it records the
+// catalog, and every active installation tenant's .jobplane catalog
+// (tenant_schedules.go), and every job whose schedule names that channel, it records the
 // first fire time after now on first sight, and when a fire time is due
 // claims it and requests the window's run as "scheduler". It returns the
 // number of windows this replica fired (denied runs included). Every
 // replica calls it every ScheduleInterval; tests call it with a fake clock.
 func (s *Service) FireSchedules(ctx context.Context) (int, error) {
+	fired, err := s.fireServerSchedules(ctx)
+	n, terr := s.fireTenantSchedules(ctx)
+	return fired + n, errors.Join(err, terr)
+}
+
+// fireServerSchedules fires the schedules of the server's definitions, in
+// the default tenant.
+func (s *Service) fireServerSchedules(ctx context.Context) (int, error) {
 	if s.defs == nil {
 		return 0, nil
 	}
@@ -274,7 +283,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 			"window", window.Format(time.RFC3339), "next", next.Format(time.RFC3339))
 		return false, nil
 	}
-	err = s.requestScheduled(ctx, tenant, js, window)
+	err = s.requestScheduled(ctx, tenant, cat, js, window)
 	var denied *DeniedError
 	switch {
 	case err == nil, errors.As(err, &denied):
@@ -309,7 +318,9 @@ func ScheduleIdempotencyKey(channel, job string, window time.Time) string {
 
 // requestScheduled requests the run of one window as "scheduler", the way
 // an API request does, with the fire time as the window of its lease keys.
-func (s *Service) requestScheduled(ctx context.Context, tenant string, js JobSchedule, window time.Time) error {
+// The run is requested from the catalog the pass read, so that it runs
+// the commit the schedule was seen in.
+func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catalog, js JobSchedule, window time.Time) error {
 	actor := Actor{TenantID: tenant, Name: SchedulerPrincipal, Kind: "service"}
 	w := window.UTC().Format(time.RFC3339)
 	req := &protocol.RunRequest{
@@ -317,7 +328,7 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, js JobSch
 		IdempotencyKey: ScheduleIdempotencyKey(js.Channel, js.Job, window),
 		Reason:         fmt.Sprintf("schedule %q (%s), window %s", js.Cron, js.TZ, w),
 	}
-	v, created, err := s.requestRun(ctx, actor, req, requestOrigin{Window: window,
+	v, created, err := s.requestRun(ctx, actor, req, requestOrigin{Window: window, Catalog: cat,
 		Source: map[string]any{"kind": "schedule", "window": w, "cron": js.Cron, "tz": js.TZ}})
 	if err != nil {
 		s.log.InfoContext(ctx, "control: scheduled run not queued", "job", js.Job, "channel", js.Channel, "window", w, "err", err)
@@ -331,8 +342,16 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, js JobSch
 // ListSchedules lists every schedule of the channels' active catalogs with
 // its next firing and the last window fired. A schedule not seen by a
 // scheduler pass yet shows the first fire time after now.
+//
+// The schedules are the caller's tenant's: an installation tenant sees
+// those of its .jobplane repository (none without one), every other tenant
+// those of the server's definitions.
 func (s *Service) ListSchedules(ctx context.Context, actor Actor) (*SchedulesView, error) {
-	if s.defs == nil {
+	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, mapStoreErr(err)
+	}
+	if in == nil && s.defs == nil {
 		return nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
 	}
 	rows, err := s.store.ScheduleList(ctx, actor.TenantID)
@@ -343,24 +362,33 @@ func (s *Service) ListSchedules(ctx context.Context, actor Actor) (*SchedulesVie
 	for _, r := range rows {
 		state[[2]string{r.Channel, r.Job}] = r
 	}
-	now := s.clock.Now().UTC()
+	if in != nil {
+		return s.listTenantSchedules(ctx, in, state)
+	}
 	out := &SchedulesView{Schedules: []ScheduleView{}}
 	cats, scheds := s.scheduledChannels(ctx)
 	for _, ch := range slices.Sorted(maps.Keys(cats)) {
 		for _, js := range scheds[ch] {
-			v := ScheduleView{Job: js.Job, Channel: ch, Cron: js.Cron, TZ: js.TZ, CatchUp: js.CatchUp, Commit: cats[ch].Commit()}
-			if st := state[[2]string{ch, js.Job}]; st != nil && st.Cron == js.Cron && st.TZ == js.TZ {
-				v.NextFireAt, v.LastWindow = ptr(st.NextFireAt), st.LastWindow
-			} else if c, err := compileSchedule(js); err != nil {
-				v.Error = err.Error()
-			} else if n := c.next(now); !n.IsZero() {
-				v.NextFireAt = &n
-				if st != nil {
-					v.LastWindow = st.LastWindow
-				}
-			}
-			out.Schedules = append(out.Schedules, v)
+			out.Schedules = append(out.Schedules, s.scheduleView(js, cats[ch].Commit(), state))
 		}
 	}
 	return out, nil
+}
+
+// scheduleView is one schedule with its stored state, or the first fire
+// time after now when no pass has seen it yet.
+func (s *Service) scheduleView(js JobSchedule, commit string, state map[[2]string]*store.Schedule) ScheduleView {
+	now := s.clock.Now().UTC()
+	v := ScheduleView{Job: js.Job, Channel: js.Channel, Cron: js.Cron, TZ: js.TZ, CatchUp: js.CatchUp, Commit: commit}
+	if st := state[[2]string{js.Channel, js.Job}]; st != nil && st.Cron == js.Cron && st.TZ == js.TZ {
+		v.NextFireAt, v.LastWindow = ptr(st.NextFireAt), st.LastWindow
+	} else if c, err := compileSchedule(js); err != nil {
+		v.Error = err.Error()
+	} else if n := c.next(now); !n.IsZero() {
+		v.NextFireAt = &n
+		if st != nil {
+			v.LastWindow = st.LastWindow
+		}
+	}
+	return v
 }

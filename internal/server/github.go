@@ -18,6 +18,7 @@ import (
 type gitHubWiring struct {
 	app     *github.App
 	webhook *api.GitHubWebhook
+	clock   clock.Clock
 }
 
 // openGitHub validates the App's configuration and loads its key, so that
@@ -52,7 +53,7 @@ func openGitHub(cfg *config.GitHubApp, clk clock.Clock, log *slog.Logger) (*gitH
 	if err := secrets.Validate(); err != nil {
 		return nil, err
 	}
-	return &gitHubWiring{app: app, webhook: &api.GitHubWebhook{Secrets: secrets, Clock: clk}}, nil
+	return &gitHubWiring{app: app, webhook: &api.GitHubWebhook{Secrets: secrets, Clock: clk}, clock: clk}, nil
 }
 
 // runs configures pull-request runs; nil when the App is not configured.
@@ -63,7 +64,7 @@ func (gh *gitHubWiring) runs(st store.Store, channel string, log *slog.Logger) *
 	if channel == "" {
 		channel = control.DefaultGitHubChannel
 	}
-	return &control.GitHubRuns{Channel: channel, Catalogs: newGitHubCatalogs(gh.app, st, channel, log),
+	return &control.GitHubRuns{Channel: channel, Catalogs: newGitHubCatalogs(gh.app, st, channel, gh.clock, log),
 		Sources: &githubSources{app: gh.app}}
 }
 

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/catalog"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/gitsync"
@@ -36,9 +38,13 @@ type githubCatalogs struct {
 	app     *github.App
 	store   store.Store
 	channel string
+	clock   clock.Clock
 	log     *slog.Logger
 
 	mu sync.Mutex
+	// headAt is when each installation's head was last read, for
+	// TenantCatalogWithin.
+	headAt map[int64]time.Time
 	// good is each installation's newest catalog that validated.
 	good map[int64]*pinned
 	// bad remembers a head that did not validate, so that it is not
@@ -46,24 +52,56 @@ type githubCatalogs struct {
 	bad map[int64]string
 }
 
-func newGitHubCatalogs(app *github.App, st store.Store, channel string, log *slog.Logger) *githubCatalogs {
-	return &githubCatalogs{app: app, store: st, channel: channel, log: log, good: map[int64]*pinned{}, bad: map[int64]string{}}
+func newGitHubCatalogs(app *github.App, st store.Store, channel string, clk clock.Clock, log *slog.Logger) *githubCatalogs {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &githubCatalogs{app: app, store: st, channel: channel, clock: clk, log: log, good: map[int64]*pinned{},
+		bad: map[int64]string{}, headAt: map[int64]time.Time{}}
+}
+
+// TenantCatalogWithin implements control.GitHubCatalogsWithin: the last
+// good catalog when its head was confirmed less than maxAge ago, else
+// TenantCatalog. Whether the installation grants .jobplane is still read
+// from the database every time, so losing it applies at once.
+func (g *githubCatalogs) TenantCatalogWithin(ctx context.Context, in *store.GitHubInstallation, maxAge time.Duration) (control.Catalog, error) {
+	repo, err := g.definitionsRepo(ctx, in)
+	if err != nil || repo == "" {
+		return nil, err
+	}
+	g.mu.Lock()
+	cur, at, bad := g.good[in.ID], g.headAt[in.ID], g.bad[in.ID]
+	g.mu.Unlock()
+	if !at.IsZero() && g.clock.Now().Sub(at) < maxAge {
+		if cur != nil {
+			return cur, nil
+		}
+		if bad != "" {
+			return g.fallback(in.ID, repo, fmt.Errorf("%s at %s does not validate", repo, bad))
+		}
+	}
+	return g.TenantCatalog(ctx, in)
+}
+
+// definitionsRepo is the installation's .jobplane repository, or "".
+func (g *githubCatalogs) definitionsRepo(ctx context.Context, in *store.GitHubInstallation) (string, error) {
+	repos, err := g.store.GitHubRepoList(ctx, in.ID)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range repos {
+		if strings.EqualFold(r.FullName, in.Account+"/"+DefinitionsRepoName) {
+			return r.FullName, nil
+		}
+	}
+	return "", nil
 }
 
 // TenantCatalog implements control.GitHubCatalogs.
 func (g *githubCatalogs) TenantCatalog(ctx context.Context, in *store.GitHubInstallation) (control.Catalog, error) {
-	repos, err := g.store.GitHubRepoList(ctx, in.ID)
-	if err != nil {
-		return nil, err
-	}
-	repo := ""
-	for _, r := range repos {
-		if strings.EqualFold(r.FullName, in.Account+"/"+DefinitionsRepoName) {
-			repo = r.FullName
-		}
-	}
-	if repo == "" {
-		return nil, nil // the server's definitions apply
+	repo, err := g.definitionsRepo(ctx, in)
+	if err != nil || repo == "" {
+		return nil, err // without .jobplane the server's definitions apply
 	}
 	info, err := g.app.Repository(ctx, in.ID, repo)
 	if err != nil {
@@ -73,8 +111,10 @@ func (g *githubCatalogs) TenantCatalog(ctx context.Context, in *store.GitHubInst
 	if err != nil {
 		return g.fallback(in.ID, repo, err)
 	}
+	now := g.clock.Now()
 	g.mu.Lock()
 	cur, known := g.good[in.ID], g.bad[in.ID] == sha
+	g.headAt[in.ID] = now
 	g.mu.Unlock()
 	if cur != nil && cur.snap.Commit == sha {
 		return cur, nil

@@ -56,7 +56,7 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 		require.NoError(t, err)
 		return in
 	}
-	gc := newGitHubCatalogs(app, st, "prod", slog.New(slog.DiscardHandler))
+	gc := newGitHubCatalogs(app, st, "prod", fc, slog.New(slog.DiscardHandler))
 
 	cat, err := gc.TenantCatalog(ctx, inst(1))
 	require.NoError(t, err)
@@ -102,4 +102,107 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 		}
 	}
 	require.Positive(t, tokens)
+
+	// The scheduler's reads: a head read less than a minute ago is not
+	// read again; an older one is.
+	n := len(f.Requests())
+	for range 5 {
+		cat, err = gc.TenantCatalogWithin(ctx, inst(1), time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, sha2, cat.Commit())
+	}
+	require.Len(t, f.Requests(), n, "no API call within the minute")
+	cat2, err = gc.TenantCatalogWithin(ctx, inst(2), time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, cat2)
+	fc.Advance(time.Minute)
+	sha3 := fakegithub.Commit(t, defsDir, map[string]string{"jobs/fmt.yaml": strings.ReplaceAll(tenantJob, "lint", "fmt")})
+	cat, err = gc.TenantCatalogWithin(ctx, inst(1), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, sha3, cat.Commit(), "a minute later the head is read again")
+	require.Greater(t, len(f.Requests()), n)
+}
+
+// TestTenantSchedulesFromDotJobplane: the scheduler fires a .jobplane
+// repository's schedule in its installation's tenant, reading the head
+// from the fake GitHub at most once a minute; a push changing the
+// schedule reaches it; losing .jobplane forgets it.
+func TestTenantSchedulesFromDotJobplane(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		fc := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 30, 0, time.UTC))
+		key := fakegithub.Key(t, 0)
+		f := fakegithub.New(t, fakegithub.Options{AppID: 5, PublicKey: &key.PublicKey, Clock: fc})
+		f.AddInstallation(1, "acme", github.Permissions{"metadata": "read", "contents": "read", "checks": "write"})
+		job := func(cron string) string {
+			return "name: report\nrun:\n  command: [\"true\"]\nschedule: {cron: \"" + cron + "\", channel: prod}\n"
+		}
+		defsDir, _ := fakegithub.InitRepo(t, map[string]string{"jobs/report.yaml": job("*/5 * * * *"), "groups.yaml": "groups: {}\n",
+			"policies/p.yaml": "rules:\n  - id: s\n    jobs: [report]\n    users: [scheduler]\n"})
+		f.AddRepo(1, ".jobplane", defsDir)
+		app, err := github.New(github.Config{AppID: 5, PrivateKey: key, BaseURL: f.URL, Clock: fc})
+		require.NoError(t, err)
+		gc := newGitHubCatalogs(app, st, "prod", fc, slog.New(slog.DiscardHandler))
+		svc, err := control.New(control.Config{Store: st, Clock: fc, GitHub: &control.GitHubRuns{Channel: "prod", Catalogs: gc}})
+		require.NoError(t, err)
+		deliver := func(d fakegithub.Delivery) {
+			_, err := svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+			require.NoError(t, err)
+		}
+		deliver(fakegithub.NewDelivery("installation", f.InstallationPayload("created", 1)))
+		in, err := st.GitHubInstallationGet(ctx, 1)
+		require.NoError(t, err)
+		fire := func() int {
+			n, err := svc.FireSchedules(ctx)
+			require.NoError(t, err)
+			return n
+		}
+		reads := func() int {
+			n := 0
+			for _, r := range f.Requests() {
+				if r.Path == "/repos/acme/.jobplane" {
+					n++
+				}
+			}
+			return n
+		}
+		runs := func() []*control.RunView {
+			v, _, err := svc.ListRuns(ctx, control.Actor{TenantID: in.Tenant}, store.RunListParams{Limit: 100})
+			require.NoError(t, err)
+			return v
+		}
+
+		require.Equal(t, 0, fire())
+		require.Equal(t, 1, reads())
+		// Passes every 10 s for five minutes: one window fired, the head read
+		// about once a minute, not thirty times.
+		for range 30 {
+			fc.Advance(10 * time.Second)
+			fire()
+		}
+		require.Len(t, runs(), 1)
+		require.Equal(t, "report", runs()[0].Run.Job)
+		require.Equal(t, control.SchedulerPrincipal, runs()[0].Run.Actor)
+		require.LessOrEqual(t, reads(), 7)
+		v, err := svc.ListSchedules(ctx, control.Actor{TenantID: in.Tenant})
+		require.NoError(t, err)
+		require.Len(t, v.Schedules, 1)
+		require.Equal(t, "*/5 * * * *", v.Schedules[0].Cron)
+
+		// A push changing the schedule is seen within a minute.
+		fakegithub.Commit(t, defsDir, map[string]string{"jobs/report.yaml": job("0 * * * *")})
+		fc.Advance(time.Minute)
+		fire()
+		v, err = svc.ListSchedules(ctx, control.Actor{TenantID: in.Tenant})
+		require.NoError(t, err)
+		require.Equal(t, "0 * * * *", v.Schedules[0].Cron)
+
+		// Losing .jobplane forgets the tenant's schedules.
+		deliver(fakegithub.NewDelivery("installation_repositories", f.InstallationRepositoriesPayload(1, nil, []string{".jobplane"})))
+		fire()
+		rows, err := st.ScheduleList(ctx, in.Tenant)
+		require.NoError(t, err)
+		require.Empty(t, rows)
+	})
 }

@@ -98,6 +98,9 @@ type GitHubQueries interface {
 	GitHubCheckRetry(ctx context.Context, runID string, upTo int64, next time.Time, lastError string) error
 	// GitHubCheckRunCreate records a run's Check Run (ErrAlreadyExists).
 	GitHubCheckRunCreate(ctx context.Context, c *GitHubCheckRun) error
+	// GitHubCheckRunListOpen lists the Check Runs of an installation whose
+	// runs have not ended (pending approval, queued or running), by run ID.
+	GitHubCheckRunListOpen(ctx context.Context, installationID int64) ([]*GitHubCheckRun, error)
 	// GitHubCheckRunGet reads a run's Check Run.
 	GitHubCheckRunGet(ctx context.Context, runID string) (*GitHubCheckRun, error)
 	// GitHubCheckRunSetID records GitHub's ID of a run's Check Run.
@@ -121,6 +124,8 @@ type GitHubQueries interface {
 	GitHubInstallationGet(ctx context.Context, id int64) (*GitHubInstallation, error)
 	// GitHubInstallationGetByTenant reads the installation bound to a tenant.
 	GitHubInstallationGetByTenant(ctx context.Context, tenant string) (*GitHubInstallation, error)
+	// GitHubInstallationList lists every installation binding by ID.
+	GitHubInstallationList(ctx context.Context) ([]*GitHubInstallation, error)
 	// GitHubInstallationPut creates or updates a binding (Account,
 	// AccountType, RepositorySelection, Status, UpdatedAt; the tenant of an
 	// existing binding never changes).

@@ -147,6 +147,19 @@ func (f *Fake) AddRepo(installation int64, name, gitDir string) *Repo {
 	return r
 }
 
+// RemoveRepo takes a repository away from its installation, as when the
+// account narrows the App's repository selection: its tokens can no longer
+// name it. (Tokens issued before keep working until they expire, as on
+// GitHub.)
+func (f *Fake) RemoveRepo(installation int64, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.installations[installation]
+	if rp := f.repos[strings.ToLower(in.Account+"/"+name)]; rp != nil && rp.Installation == installation {
+		rp.Installation = 0
+	}
+}
+
 // SetSuspended suspends or unsuspends an installation.
 func (f *Fake) SetSuspended(installation int64, suspended bool) {
 	f.mu.Lock()

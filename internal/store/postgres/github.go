@@ -201,3 +201,26 @@ func (q *queries) GitHubCheckRetry(ctx context.Context, runID string, upTo int64
 		WHERE run_id = $1 AND seq <= $2 AND sent_at IS NULL`, runID, upTo, next, lastError)
 	return interpretError(err)
 }
+
+func (q *queries) GitHubInstallationList(ctx context.Context) ([]*store.GitHubInstallation, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+ghInstallationCols+` FROM github_installations ORDER BY installation_id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return collect(rows, func(r pgx.Rows) (*store.GitHubInstallation, error) { return scanGitHubInstallation(r) })
+}
+
+func (q *queries) GitHubCheckRunListOpen(ctx context.Context, installationID int64) ([]*store.GitHubCheckRun, error) {
+	rows, err := q.db.Query(ctx, `SELECT c.run_id, c.tenant, c.installation_id, c.repo, c.head_sha, c.name, c.check_run_id, c.created_at
+		FROM github_check_runs c JOIN runs r ON r.id = c.run_id
+		WHERE c.installation_id = $1 AND r.state IN ('pending_approval', 'queued', 'running') ORDER BY c.run_id`, installationID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	return collect(rows, func(r pgx.Rows) (*store.GitHubCheckRun, error) {
+		c := &store.GitHubCheckRun{}
+		err := r.Scan(&c.RunID, &c.Tenant, &c.InstallationID, &c.Repo, &c.HeadSHA, &c.Name, &c.CheckRunID, &c.CreatedAt)
+		utc(&c.CreatedAt)
+		return c, err
+	})
+}

@@ -275,3 +275,39 @@ func (s *Store) GitHubCheckMarkSent(ctx context.Context, runID string, upTo int6
 func (s *Store) GitHubCheckRetry(ctx context.Context, runID string, upTo int64, next time.Time, lastError string) error {
 	return s.gated(ctx, func(q *queries) error { return q.GitHubCheckRetry(ctx, runID, upTo, next, lastError) })
 }
+
+func (q *queries) GitHubInstallationList(ctx context.Context) ([]*store.GitHubInstallation, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT `+ghInstallationCols+` FROM github_installations ORDER BY installation_id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.GitHubInstallation
+	for rows.Next() {
+		in, err := scanGitHubInstallation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (q *queries) GitHubCheckRunListOpen(ctx context.Context, installationID int64) ([]*store.GitHubCheckRun, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT c.run_id, c.tenant, c.installation_id, c.repo, c.head_sha, c.name, c.check_run_id, c.created_at
+		FROM github_check_runs c JOIN runs r ON r.id = c.run_id
+		WHERE c.installation_id = ? AND r.state IN ('pending_approval', 'queued', 'running') ORDER BY c.run_id`, installationID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []*store.GitHubCheckRun
+	for rows.Next() {
+		c := &store.GitHubCheckRun{}
+		if err := rows.Scan(&c.RunID, &c.Tenant, &c.InstallationID, &c.Repo, &c.HeadSHA, &c.Name, &c.CheckRunID, timeCol{&c.CreatedAt}); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, c)
+	}
+	return out, interpretError(rows.Err())
+}

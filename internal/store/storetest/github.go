@@ -206,3 +206,42 @@ func testGitHubCheckOutbox(t *testing.T, s store.Store) {
 	wg.Wait()
 	require.Equal(t, map[string]int{"run_a": 1, "run_b": 1}, seen)
 }
+
+func testGitHubOpenCheckRuns(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	f := newFixture(t, s)
+	for _, id := range []int64{9, 8} {
+		require.NoError(t, s.GitHubInstallationPut(ctx, &store.GitHubInstallation{ID: id, Tenant: "tnt_" + string(rune('a'+id)),
+			Account: "acme", AccountType: "Organization", RepositorySelection: "selected", Status: store.GitHubInstallationActive}))
+	}
+	ins, err := s.GitHubInstallationList(ctx)
+	require.NoError(t, err)
+	require.Len(t, ins, 2)
+	require.Equal(t, []int64{8, 9}, []int64{ins[0].ID, ins[1].ID})
+
+	open := map[string]bool{}
+	for i, st := range []store.RunState{store.RunQueued, store.RunRunning, store.RunPendingApproval, store.RunSucceeded, store.RunCancelled} {
+		r := f.run(t, func(r *store.Run) { r.State = st })
+		inst := int64(9)
+		if i == 1 {
+			inst = 8 // another installation's run is never listed
+		}
+		require.NoError(t, s.GitHubCheckRunCreate(ctx, &store.GitHubCheckRun{RunID: r.ID, Tenant: f.tenant, InstallationID: inst,
+			Repo: "acme/app", HeadSHA: "0123456789012345678901234567890123456789", Name: "jobplane / x", CreatedAt: t0}))
+		if inst == 9 && !st.Terminal() {
+			open[r.ID] = true
+		}
+	}
+	list, err := s.GitHubCheckRunListOpen(ctx, 9)
+	require.NoError(t, err)
+	got := map[string]bool{}
+	for _, c := range list {
+		require.Equal(t, int64(9), c.InstallationID)
+		require.Equal(t, "acme/app", c.Repo)
+		got[c.RunID] = true
+	}
+	require.Equal(t, open, got)
+	list, err = s.GitHubCheckRunListOpen(ctx, 77)
+	require.NoError(t, err)
+	require.Empty(t, list)
+}

@@ -89,7 +89,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 		{"Schedules", testSchedules},
 		{"Artifacts", testArtifacts}, {"SourceTickets", testSourceTickets},
-		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox},
+		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox}, {"GitHubOpenCheckRuns", testGitHubOpenCheckRuns},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
