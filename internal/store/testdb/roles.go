@@ -1,0 +1,137 @@
+package testdb
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/postgres"
+)
+
+// The production role layout (docs/operations.md "Database roles"): an
+// owner that applies migrations, and the role the server connects as, which
+// is neither the owner nor a superuser and has no BYPASSRLS, so that
+// row-level security binds it. Roles are cluster-wide: every test shares
+// these two, and each schema grants them what it needs.
+const (
+	OwnerRole = "jobplane_test_owner"
+	AppRole   = "jobplane_test_app"
+)
+
+// dsnOf remembers the DSN of each store Postgres opened, for AppView.
+var dsnOf sync.Map
+
+// ensureRoles creates the two roles once per cluster; parallel test binaries
+// may race to create them, and the loser's error is harmless.
+func ensureRoles(ctx context.Context, conn *pgx.Conn) error {
+	for _, role := range []string{OwnerRole, AppRole} {
+		_, err := conn.Exec(ctx, `DO $$ BEGIN
+			CREATE ROLE `+role+` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+		END $$`)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Roles is a fresh schema laid out as in production.
+type Roles struct {
+	// Schema is the schema's name.
+	Schema string
+	// SuperDSN connects as the test cluster's superuser (which bypasses
+	// row-level security), OwnerDSN as the owner, AppDSN as the server's role.
+	SuperDSN, OwnerDSN, AppDSN string
+	// App is a store opened as the app role.
+	App store.Store
+}
+
+// PostgresRoles creates a schema owned by OwnerRole, migrates it as the
+// owner, grants AppRole with jobplane_grant_app_role (as an operator would)
+// and opens a store as AppRole, closed at cleanup.
+func PostgresRoles(t testing.TB) *Roles {
+	t.Helper()
+	super := newSchema(t, OwnerRole)
+	r := &Roles{SuperDSN: super, OwnerDSN: withUser(super, OwnerRole), AppDSN: withUser(super, AppRole), Schema: schemaOf(super)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	owner, err := postgres.Open(ctx, r.OwnerDSN)
+	if err != nil {
+		t.Fatalf("testdb: migrate as the owner: %v", err)
+	}
+	_ = owner.Close()
+	r.App = openApp(t, r.OwnerDSN, r.AppDSN)
+	return r
+}
+
+// AppView returns a second store on the schema of s, opened as AppRole, so
+// that a test can run the system under test as the server's production
+// role while its fixtures keep using s; for any other store it returns s.
+func AppView(t testing.TB, s store.Store) store.Store {
+	t.Helper()
+	dsn, ok := dsnOf.Load(s)
+	if !ok {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn.(string))
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if err := ensureRoles(ctx, conn); err != nil {
+		t.Fatalf("testdb: roles: %v", err)
+	}
+	return openApp(t, dsn.(string), withUser(dsn.(string), AppRole))
+}
+
+// openApp grants AppRole on the schema (connected as grantor, who owns it)
+// and opens a store as AppRole.
+func openApp(t testing.TB, grantor, app string) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, grantor)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `SELECT jobplane_grant_app_role($1)`, AppRole); err != nil {
+		t.Fatalf("testdb: grant the app role: %v", err)
+	}
+	s, err := postgres.Open(ctx, app)
+	if err != nil {
+		t.Fatalf("testdb: open postgres as %s: %v", AppRole, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func withUser(dsn, user string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
+		return dsn + " user=" + user
+	}
+	u.User = url.User(user)
+	return u.String()
+}
+
+func schemaOf(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		return u.Query().Get("search_path")
+	}
+	for _, f := range strings.Fields(dsn) {
+		if v, ok := strings.CutPrefix(f, "search_path="); ok {
+			return v
+		}
+	}
+	return ""
+}
