@@ -40,3 +40,20 @@ func firstColumn(ctx context.Context, db dbtx, sql string) ([]string, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// TxStringsEach runs, in one transaction begun with ctx, sql once with each
+// of ctxs, as the group committer runs the bodies of several callers.
+func TxStringsEach(ctx context.Context, s *Store, sql string, ctxs ...context.Context) (out [][]string, err error) {
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		out = nil
+		for _, c := range ctxs {
+			got, err := firstColumn(c, tx.(*queries).db, sql)
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
+		return nil
+	})
+	return out, err
+}

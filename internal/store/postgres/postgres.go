@@ -63,7 +63,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{})}
-	s.queries = queries{db: scopedPool{pool: pool}, s: s}
+	s.queries = queries{db: &scopedDB{db: pool}, s: s}
 	fail := func(err error) (*Store, error) {
 		pool.Close()
 		return nil, err
@@ -232,7 +232,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
 	}
-	if err := fn(&queries{db: tx, s: s}); err != nil {
+	if err := fn(&queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s}); err != nil {
 		_ = tx.Rollback(ctx)
 		return err
 	}

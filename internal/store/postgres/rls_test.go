@@ -226,6 +226,12 @@ func TestRLSIsolation(t *testing.T) {
 	err = app.RunCreate(store.WithTenant(ctx, a), &store.Run{ID: "run_x", Tenant: b, Job: "echo", Channel: "prod",
 		Ref: "main", Commit: "c", Actor: "mallory", Reason: "x", State: store.RunQueued, MaxAttempts: 1, CreatedAt: now, UpdatedAt: now})
 	require.True(t, isRLSRefusal(err), "cross-tenant insert: %v", err)
+	// In one transaction (a group commit), each statement has the scope of
+	// its own context, and one without any sees nothing.
+	each, err := postgres.TxStringsEach(store.WithTenant(ctx, a), app, `SELECT tenant FROM runs`,
+		store.WithTenant(ctx, a), store.WithTenant(ctx, b), ctx, store.WithTenant(ctx, a))
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{a}, {b}, {}, {a}}, each)
 	// The system scope sees both (the reaper, the scheduler, ...).
 	got, err := postgres.TxStrings(store.WithSystem(ctx, "test"), app, `SELECT tenant FROM runs ORDER BY tenant`)
 	require.NoError(t, err)

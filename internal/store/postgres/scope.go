@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -44,22 +43,52 @@ func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// scopedPool runs the statements the store sends outside InTx. With a
-// scope, the scope and the statement go as one pipelined batch: the
-// extended protocol runs everything before its Sync as one transaction, so
-// set_config(..., true) covers the statement and ends with it, at no extra
-// round trip. Without a scope the statement runs as is and fails closed.
-type scopedPool struct{ pool *pgxpool.Pool }
+// batcher is the pool or a transaction.
+type batcher interface {
+	dbtx
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
 
-func (p scopedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+// scopedDB gives each statement the scope of its context.
+//
+// On the pool (statements the store runs outside InTx), a scope and the
+// statement go as one pipelined batch: the extended protocol runs
+// everything before its Sync as one transaction, so set_config(..., true)
+// covers the statement and ends with it, at no extra round trip. Without a
+// scope the statement runs as is and fails closed.
+//
+// In a transaction, which declared its context's scope at BEGIN, a
+// statement whose context declares another scope re-declares it first, in
+// the same batch: the group committer runs the bodies of several callers,
+// of several tenants, in one transaction, and each body keeps its own.
+type scopedDB struct {
+	db   batcher
+	inTx bool
+	cur  store.Scope // in a transaction: the scope declared last
+}
+
+// declare reports the scope to declare before a statement with ctx, if any.
+func (d *scopedDB) declare(ctx context.Context) (store.Scope, bool) {
 	sc := store.ScopeOf(ctx)
-	if sc.IsZero() {
-		return p.pool.Exec(ctx, sql, args...)
+	if d.inTx {
+		if sc == d.cur {
+			return sc, false
+		}
+		d.cur = sc
+		return sc, true
+	}
+	return sc, !sc.IsZero()
+}
+
+func (d *scopedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.Exec(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(setScopeSQL(sc))
 	b.Queue(sql, args...)
-	br := p.pool.SendBatch(ctx, b)
+	br := d.db.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return pgconn.CommandTag{}, err
@@ -68,15 +97,15 @@ func (p scopedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	return tag, errors.Join(err, closeErr(br, err))
 }
 
-func (p scopedPool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	sc := store.ScopeOf(ctx)
-	if sc.IsZero() {
-		return p.pool.Query(ctx, sql, args...)
+func (d *scopedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.Query(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(setScopeSQL(sc))
 	b.Queue(sql, args...)
-	br := p.pool.SendBatch(ctx, b)
+	br := d.db.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return nil, err
@@ -89,12 +118,25 @@ func (p scopedPool) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-func (p scopedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if store.ScopeOf(ctx).IsZero() {
-		return p.pool.QueryRow(ctx, sql, args...)
+func (d *scopedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.QueryRow(ctx, sql, args...)
 	}
-	rows, err := p.Query(ctx, sql, args...)
-	return &batchRow{rows: rows, err: err}
+	b := &pgx.Batch{}
+	b.Queue(setScopeSQL(sc))
+	b.Queue(sql, args...)
+	br := d.db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return &batchRow{err: err}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return &batchRow{err: err}
+	}
+	return &batchRow{rows: &batchRows{Rows: rows, br: br}}
 }
 
 // closeErr closes the batch; its error matters only when the statement
