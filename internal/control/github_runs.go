@@ -399,13 +399,15 @@ func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor
 	if t.Name != DefaultTenant {
 		return nil, fmt.Errorf("only an admin of the %q tenant may register runners for installations: %w", DefaultTenant, protocol.ErrForbidden)
 	}
-	in, err := s.store.GitHubInstallationGet(ctx, installation)
+	// An admin of the default tenant acts for another tenant here.
+	in, err := s.store.GitHubInstallationGet(store.WithSystem(ctx, "installation runners"), installation)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
+	ctx = store.WithTenant(ctx, in.Tenant)
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
 		return nil, err
 	}
