@@ -120,6 +120,7 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 	if err != nil {
 		return mapStoreErr(err)
 	}
+	ctx = store.WithTenant(ctx, t.Tenant)
 	if isGitHubRepo(t.Repo) {
 		return s.archiveGitHubSource(ctx, t.Tenant, t.Repo, t.Commit, open)
 	}

@@ -53,6 +53,28 @@ type Roles struct {
 	App store.Store
 }
 
+// PostgresAppDSN prepares a schema as PostgresRoles does and returns the
+// app role's DSN, for tests that start a server process with --db: the
+// server then runs as in production, on migrations the owner applied.
+func PostgresAppDSN(t testing.TB) string {
+	t.Helper()
+	super := newSchema(t, OwnerRole)
+	migrateAsOwner(t, withUser(super, OwnerRole))
+	grantApp(t, withUser(super, OwnerRole))
+	return withUser(super, AppRole)
+}
+
+func migrateAsOwner(t testing.TB, ownerDSN string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	owner, err := postgres.Open(ctx, ownerDSN)
+	if err != nil {
+		t.Fatalf("testdb: migrate as the owner: %v", err)
+	}
+	_ = owner.Close()
+}
+
 // PostgresRoles creates a schema owned by OwnerRole, migrates it as the
 // owner, grants AppRole with jobplane_grant_app_role (as an operator would)
 // and opens a store as AppRole, closed at cleanup.
@@ -60,13 +82,7 @@ func PostgresRoles(t testing.TB) *Roles {
 	t.Helper()
 	super := newSchema(t, OwnerRole)
 	r := &Roles{SuperDSN: super, OwnerDSN: withUser(super, OwnerRole), AppDSN: withUser(super, AppRole), Schema: schemaOf(super)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	owner, err := postgres.Open(ctx, r.OwnerDSN)
-	if err != nil {
-		t.Fatalf("testdb: migrate as the owner: %v", err)
-	}
-	_ = owner.Close()
+	migrateAsOwner(t, r.OwnerDSN)
 	r.App = openApp(t, r.OwnerDSN, r.AppDSN)
 	return r
 }
@@ -97,16 +113,9 @@ func AppView(t testing.TB, s store.Store) store.Store {
 // and opens a store as AppRole.
 func openApp(t testing.TB, grantor, app string) store.Store {
 	t.Helper()
+	grantApp(t, grantor)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, grantor)
-	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SELECT jobplane_grant_app_role($1)`, AppRole); err != nil {
-		t.Fatalf("testdb: grant the app role: %v", err)
-	}
 	s, err := postgres.Open(ctx, app)
 	if err != nil {
 		t.Fatalf("testdb: open postgres as %s: %v", AppRole, err)
@@ -134,4 +143,19 @@ func schemaOf(dsn string) string {
 		}
 	}
 	return ""
+}
+
+// grantApp runs jobplane_grant_app_role for AppRole, connected as grantor.
+func grantApp(t testing.TB, grantor string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, grantor)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `SELECT jobplane_grant_app_role($1)`, AppRole); err != nil {
+		t.Fatalf("testdb: grant the app role: %v", err)
+	}
 }
