@@ -167,7 +167,7 @@ func isRLSRefusal(err error) bool {
 
 // isolationFixture makes tenants A and B with one run each, through the
 // app store and the scopes the control plane would use.
-func isolationFixture(t *testing.T, s store.Store) (a, b string) {
+func isolationFixture(t testing.TB, s store.Store) (a, b string) {
 	t.Helper()
 	ctx := store.WithSystem(context.Background(), "test fixture")
 	ta, err := s.TenantEnsure(ctx, "tenant-a", nil)
@@ -236,6 +236,27 @@ func TestRLSIsolation(t *testing.T) {
 	got, err := postgres.TxStrings(store.WithSystem(ctx, "test"), app, `SELECT tenant FROM runs ORDER BY tenant`)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{a, b}, got)
+}
+
+// TestRLSScopeIsQuoted: a scope is sent as text in the BEGIN message; a
+// tenant ID with quotes or backslashes is a value, never SQL.
+func TestRLSScopeIsQuoted(t *testing.T) {
+	ctx := context.Background()
+	r := testdb.PostgresRoles(t)
+	app := openStore(t, withPoolSize1(r.AppDSN))
+	for _, evil := range []string{`x'); SELECT set_config('app.system', 'on', false); --`, `a\'b`, `\`, `'`} {
+		got, err := postgres.TxStrings(store.WithTenant(ctx, evil), app,
+			`SELECT current_setting('app.tenant_id', true) || '|' || current_setting('app.system', true)`)
+		require.NoError(t, err)
+		require.Equal(t, []string{evil + "|"}, got)
+		got, err = postgres.PoolStrings(store.WithTenant(ctx, evil), app, `SELECT current_setting('app.tenant_id', true)`)
+		require.NoError(t, err)
+		require.Equal(t, []string{evil}, got)
+	}
+	// Nothing leaked into the session.
+	got, err := postgres.TxStrings(ctx, app, `SELECT coalesce(current_setting('app.system', true), '')`)
+	require.NoError(t, err)
+	require.Equal(t, []string{""}, got)
 }
 
 // TestRLSBackgroundFailsClosed: background work that forgot its scope sees
@@ -311,4 +332,49 @@ func TestRLSCheckerCatchesBrokenVariants(t *testing.T) {
 		require.ErrorContains(t, err, "the next one started with app.tenant_id")
 		require.ErrorContains(t, err, "an unscoped query saw tenants")
 	})
+}
+
+// BenchmarkScope measures what declaring a scope costs a small transaction
+// and a single statement: the same point read by ID, with no scope as the
+// superuser (what the store did before migration 012) and with a tenant
+// scope as the app role, bound by the policies.
+func BenchmarkScope(b *testing.B) {
+	ctx := context.Background()
+	r := testdb.PostgresRoles(b)
+	a, _ := isolationFixture(b, r.App)
+	super := openStoreB(b, r.SuperDSN)
+	app := r.App.(*postgres.Store)
+	for _, c := range []struct {
+		name string
+		s    *postgres.Store
+		ctx  context.Context
+	}{{"none-superuser", super, ctx}, {"tenant-superuser", super, store.WithTenant(ctx, a)}, {"tenant-app", app, store.WithTenant(ctx, a)}} {
+		b.Run("InTx/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.s.InTx(c.ctx, func(tx store.Tx) error {
+					_, err := tx.RunGetByID(c.ctx, "run_"+a, false)
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("Pool/"+c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.s.RunGetByID(c.ctx, "run_"+a, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func openStoreB(b *testing.B, dsn string) *postgres.Store {
+	b.Helper()
+	s, err := postgres.Open(context.Background(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
 }
