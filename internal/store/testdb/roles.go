@@ -3,6 +3,7 @@ package testdb
 import (
 	"context"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -106,7 +107,19 @@ func AppView(t testing.TB, s store.Store) store.Store {
 	if err := ensureRoles(ctx, conn); err != nil {
 		t.Fatalf("testdb: roles: %v", err)
 	}
-	return openApp(t, dsn.(string), withUser(dsn.(string), AppRole))
+	// A smaller pool than the server's default: the test already holds the
+	// fixture store's connections, and parallel packages share the cluster.
+	return openApp(t, dsn.(string), withUser(dsn.(string), AppRole)+poolCap(dsn.(string), 8))
+}
+
+func poolCap(dsn string, n int) string {
+	switch {
+	case strings.Contains(dsn, "pool_max_conns"):
+		return ""
+	case strings.Contains(dsn, "://"):
+		return "&pool_max_conns=" + strconv.Itoa(n)
+	}
+	return " pool_max_conns=" + strconv.Itoa(n)
 }
 
 // openApp grants AppRole on the schema (connected as grantor, who owns it)
