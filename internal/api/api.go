@@ -171,7 +171,8 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor
 			writeError(w, h.log, err)
 			return
 		}
-		fn(w, r, control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
+		// Everything the request does is in its principal's tenant (MT3).
+		fn(w, r.WithContext(store.WithTenant(r.Context(), p.Tenant)), control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
 	}
 }
 
@@ -188,7 +189,7 @@ func (h *Handler) job(fn func(http.ResponseWriter, *http.Request, *control.RunCa
 			writeError(w, h.log, err)
 			return
 		}
-		fn(w, r, caller)
+		fn(w, r.WithContext(store.WithTenant(r.Context(), caller.Claims.Tenant)), caller)
 	}
 }
 
@@ -202,6 +203,7 @@ func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.Sign
 			writeError(w, h.log, err)
 			return
 		}
+		r = r.WithContext(store.WithTenant(r.Context(), call.Runner.Tenant))
 		h.watchCrossTenant(w, r, call, fn) // MT2 audit: api/crosstenant.go
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
 const (
@@ -106,13 +107,17 @@ func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv
 	fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	box, err := creds.NewBox(bytes.Repeat([]byte{7}, 32))
 	require.NoError(t, err)
-	tokens, err := control.NewCredentials(context.Background(), st, box, fc, testIssuer)
+	// The system under test connects as the production app role, bound by
+	// row-level security (MT3): a path that forgot its scope fails here.
+	// Fixtures keep using st (the superuser on PostgreSQL).
+	app := testdb.AppView(t, st)
+	tokens, err := control.NewCredentials(context.Background(), app, box, fc, testIssuer)
 	require.NoError(t, err)
-	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens,
-		Broker: connector.NewBroker(st, box), Artifacts: testArtifacts(t, repo)})
+	svc, err := control.New(control.Config{Store: app, Clock: fc, Definitions: defs, Credentials: tokens,
+		Broker: connector.NewBroker(app, box), Artifacts: testArtifacts(t, repo)})
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
-	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})
+	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: app, Clock: fc}, Ready: app.Ping, PublicURL: testIssuer})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,

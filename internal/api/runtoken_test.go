@@ -159,7 +159,9 @@ func TestRunTokens(t *testing.T) {
 		})
 
 		t.Run("key rotation keeps old tokens verifiable", func(t *testing.T) {
-			_, err := e.svc.RotateSigningKeys(e.ctx(), adminActor(t, st))
+			admin := adminActor(t, st)
+			// As api.user would: the request's scope is the actor's tenant.
+			_, err := e.svc.RotateSigningKeys(store.WithTenant(e.ctx(), admin.TenantID), admin)
 			require.NoError(t, err)
 			code, _, jwks := e.bearer("GET", "/.well-known/jwks.json", "", "")
 			require.Equal(t, 200, code)

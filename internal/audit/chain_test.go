@@ -103,7 +103,9 @@ var errRollback = errors.New("roll back")
 
 func appendEvent(t *testing.T, st store.Store, e *store.AuditEvent) {
 	t.Helper()
-	require.NoError(t, st.InTx(context.Background(), func(tx store.Tx) error { return tx.AuditAppend(context.Background(), e) }))
+	// In the event's tenant, as the server would (row-level security, MT3).
+	ctx := store.WithTenant(context.Background(), e.Tenant)
+	require.NoError(t, st.InTx(ctx, func(tx store.Tx) error { return tx.AuditAppend(ctx, e) }))
 }
 
 func sealAll(t *testing.T, s *audit.Sealer) {

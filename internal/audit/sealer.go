@@ -47,6 +47,7 @@ func NewSealer(st store.Store, log *slog.Logger) *Sealer {
 // again on the next call (the server calls Seal every second), so a sealed
 // event lags its commit by about one interval.
 func (s *Sealer) Seal(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "audit sealer") // one chain over every tenant
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.noHorizon {
@@ -78,6 +79,7 @@ func (s *Sealer) Seal(ctx context.Context) (int, error) {
 // and seals it: for tests, for `verify` right after a change, and at
 // shutdown. It polls the horizon every few milliseconds until ctx ends.
 func (s *Sealer) SealAll(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "audit sealer")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.noHorizon {

@@ -68,6 +68,7 @@ const page = 1000
 // its link, so every link read has its event visible to the next read, and a
 // sealer running meanwhile cannot make a sound chain look broken.
 func Verify(ctx context.Context, r Reader, cp *Checkpoint) (*Report, error) {
+	ctx = store.WithSystem(ctx, "audit verify") // the chain covers every tenant
 	rep := &Report{Head: Checkpoint{Hash: Genesis}, Checkpoint: cp}
 	fail := func(seq int64, format string, args ...any) (*Report, error) {
 		rep.Broken = &Break{Seq: seq, Reason: fmt.Sprintf(format, args...)}

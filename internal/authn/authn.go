@@ -59,7 +59,8 @@ func (a *Authenticator) Principal(ctx context.Context, r *http.Request) (*store.
 	if !ok {
 		return nil, fmt.Errorf("missing bearer token: %w", protocol.ErrUnauthorized)
 	}
-	t, p, err := a.Store.APITokenGetByDigest(ctx, Digest(tok))
+	// The token is what tells the tenant: its lookup is cross-tenant.
+	t, p, err := a.Store.APITokenGetByDigest(store.WithSystem(ctx, "authn"), Digest(tok))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("unknown token: %w", protocol.ErrUnauthorized)
 	}
@@ -139,7 +140,7 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	if protocol.CheckPath(path) != nil {
 		return nil, bad("path is not canonical")
 	}
-	runner, err := a.Store.RunnerGetByID(ctx, runnerID, false)
+	runner, err := a.Store.RunnerGetByID(store.WithSystem(ctx, "authn"), runnerID, false)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, bad("unknown runner")
 	}
@@ -150,6 +151,7 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	if err != nil {
 		return nil, bad("runner key unusable")
 	}
+	ctx = store.WithTenant(ctx, runner.Tenant)
 	call := &SignedCall{
 		Runner:  runner,
 		Run:     h.Get(protocol.HeaderRun),

@@ -31,6 +31,7 @@ func requireAdmin(actor Actor) error {
 // EnsureAdmin creates the admin principal of the default tenant with this
 // bearer token (JOBPLANE_ADMIN_TOKEN), once.
 func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
+	ctx = store.WithSystem(ctx, "startup") // cross-tenant by nature (docs/operations.md)
 	if len(token) < 16 {
 		return errors.New("JOBPLANE_ADMIN_TOKEN must be at least 16 characters")
 	}

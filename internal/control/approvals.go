@@ -125,6 +125,7 @@ func (s *Service) verdict(ctx context.Context, actor Actor, runID, verdict, comm
 // ExpireApprovals ends runs that waited for approval longer than the
 // approval TTL. Like the reaper it re-checks each run under its lock.
 func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "approval expiry") // cross-tenant by nature (docs/operations.md)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
 		return 0, mapStoreErr(err)

@@ -177,7 +177,8 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	}
 	var art *store.Artifact
 	err := s.store.InTx(ctx, func(tx store.Tx) (err error) {
-		art, err = tx.ArtifactBeginUpload(ctx, protocol.SHA256Hex([]byte(capability)), s.clock.NowOrNil())
+		// The capability is what tells the tenant (lookup by its digest).
+		art, err = tx.ArtifactBeginUpload(store.WithSystem(ctx, "artifact upload"), protocol.SHA256Hex([]byte(capability)), s.clock.NowOrNil())
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the upload capability is unknown, used or expired: %w", protocol.ErrCapabilityExpired)
 		}
@@ -186,6 +187,7 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
+	ctx = store.WithTenant(ctx, art.Tenant)
 	limit := art.MaxBytes
 	if art.ExpectedSize > 0 {
 		limit = art.ExpectedSize
@@ -283,6 +285,8 @@ func (s *Service) checkResultArtifacts(ctx context.Context, tx store.Tx, a *stor
 		art, err := tx.ArtifactGetByID(ctx, aid)
 		if err == nil {
 			noteCrossTenant(ctx, a.Tenant, "artifact", art.Tenant)
+		} else if errors.Is(err, store.ErrNotFound) {
+			noteCrossTenant(ctx, a.Tenant, "artifact", probeTenant(ctx, tx, "artifact", aid))
 		}
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (art.AttemptID != a.ID || art.State != store.ArtifactStored)) || seen[aid] {
 			return fmt.Errorf("artifact %s is not a verified artifact of attempt %s: %w", aid, a.ID, protocol.ErrArtifactInvalid)

@@ -171,6 +171,7 @@ func (s *Service) refFor(r *store.Run) string {
 // when a branch's head is now bad. A commit the repository no longer holds
 // is skipped.
 func (s *Service) LoadCatalogs(ctx context.Context) error {
+	ctx = store.WithSystem(ctx, "catalog load") // cross-tenant by nature (docs/operations.md)
 	cs, err := s.catalogSource()
 	if err != nil {
 		return nil
@@ -196,6 +197,7 @@ func (s *Service) LoadCatalogs(ctx context.Context) error {
 // event in the same transaction. A failed fetch is reported but the mirror's
 // current state is still recorded.
 func (s *Service) RefreshCatalogs(ctx context.Context) error {
+	ctx = store.WithSystem(ctx, "catalog sync") // cross-tenant by nature (docs/operations.md)
 	cs, err := s.catalogSource()
 	if err != nil {
 		return nil
@@ -290,6 +292,7 @@ func (s *Service) reject(ctx context.Context, tenant string, o ChannelObservatio
 
 // SyncCatalogs fetches and records now (admin), then answers the catalogs.
 func (s *Service) SyncCatalogs(ctx context.Context, actor Actor) (*CatalogsView, error) {
+	ctx = store.WithSystem(ctx, "catalog sync") // cross-tenant by nature (docs/operations.md)
 	if err := requireAdmin(actor); err != nil {
 		return nil, err
 	}

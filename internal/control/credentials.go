@@ -134,6 +134,8 @@ func (s *Service) VerifyRunToken(ctx context.Context, token string) (*RunCaller,
 	if err != nil {
 		return nil, fmt.Errorf("run token: %s: %w", tokenProblem(err), protocol.ErrUnauthorized)
 	}
+	// The verified token tells the tenant.
+	ctx = store.WithTenant(ctx, claims.Tenant)
 	a, err := s.store.AttemptGetByID(ctx, claims.AttemptID, false)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("run token names an unknown attempt: %w", protocol.ErrUnauthorized)
@@ -231,6 +233,7 @@ func (k keyStore) DeleteKey(ctx context.Context, kid string) error {
 // RefuseRunToken records that a run token was presented where only people
 // and services may call, and returns the refusal (RELIABILITY T1).
 func (s *Service) RefuseRunToken(ctx context.Context, caller *RunCaller, route string) error {
+	ctx = store.WithTenant(ctx, caller.Claims.Tenant)
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		return s.audit(ctx, tx, caller.Run.Tenant, "run:"+caller.Run.ID, "run_token.refused", caller.Run.ID,
 			map[string]any{"attempt": caller.Attempt.ID, "route": route})

@@ -53,6 +53,7 @@ func GitHubTenantName(installation int64) string {
 // and a delivery whose processing failed leaves no record and is processed
 // again when GitHub redelivers it.
 func (s *Service) HandleGitHubDelivery(ctx context.Context, d GitHubDelivery) (GitHubOutcome, error) {
+	ctx = store.WithSystem(ctx, "github webhook") // cross-tenant by nature (docs/operations.md)
 	if d.Event == "pull_request" {
 		return s.handlePullRequest(ctx, d)
 	}
@@ -249,6 +250,7 @@ const GitHubDeliveryRetention = 7 * 24 * time.Hour
 
 // PurgeGitHubDeliveries forgets deliveries processed before the retention.
 func (s *Service) PurgeGitHubDeliveries(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "github delivery purge") // cross-tenant by nature (docs/operations.md)
 	var n int
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx, s.clock.NowOrNil())

@@ -96,6 +96,7 @@ func CheckState(st store.RunState) (status, conclusion string) {
 // reports how many were accepted. Only the newest state of a run is sent
 // (each entry is a whole state), so an outage ends with one write per run.
 func (s *Service) DispatchGitHubChecks(ctx context.Context, w GitHubCheckWriter, limit int) (int, error) {
+	ctx = store.WithSystem(ctx, "github check outbox") // cross-tenant by nature (docs/operations.md)
 	claimed, err := s.store.GitHubCheckClaim(ctx, &store.GitHubCheckClaimParams{Now: s.clock.NowOrNil(), Limit: limit, Hold: checkHold})
 	if err != nil {
 		return 0, fmt.Errorf("claim check updates: %w", err)

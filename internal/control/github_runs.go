@@ -444,13 +444,15 @@ func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int6
 	if t.Name != DefaultTenant {
 		return Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
 	}
-	in, err := s.store.GitHubInstallationGet(ctx, installation)
+	// An admin of the default tenant acts for another tenant here.
+	in, err := s.store.GitHubInstallationGet(store.WithSystem(ctx, "installation runners"), installation)
 	if errors.Is(err, store.ErrNotFound) {
 		return Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
 		return Actor{}, mapStoreErr(err)
 	}
+	ctx = store.WithTenant(ctx, in.Tenant)
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
 		return Actor{}, err
 	}

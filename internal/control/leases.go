@@ -186,6 +186,7 @@ func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*prot
 // VerifyLease tells a downstream system whether a fencing token is still
 // its key's current holder's: held by a live attempt, not expired.
 func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int64) (bool, string, error) {
+	ctx = store.WithTenant(ctx, tenant)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
 		return false, "", mapStoreErr(err)

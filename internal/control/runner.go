@@ -33,13 +33,15 @@ func (s *Service) Register(ctx context.Context, regToken string, req *protocol.R
 	}
 	var runner *store.Runner
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		tok, err := tx.RegTokenUse(ctx, authn.Digest(regToken), s.clock.NowOrNil())
+		// The token is what tells the tenant: only its lookup is cross-tenant.
+		tok, err := tx.RegTokenUse(store.WithSystem(ctx, "runner registration"), authn.Digest(regToken), s.clock.NowOrNil())
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("registration token unknown, used or expired: %w", protocol.ErrRegistrationTokenInvalid)
 		}
 		if err != nil {
 			return err
 		}
+		ctx := store.WithTenant(ctx, tok.Tenant)
 		labels := req.Labels
 		if len(tok.Labels) > 0 {
 			for _, l := range req.Labels {
@@ -98,6 +100,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 	for _, aid := range req.Attempts {
 		a, err := s.store.AttemptGetByID(ctx, aid, false)
 		if errors.Is(err, store.ErrNotFound) {
+			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", probeTenant(ctx, s.store, "attempt", aid))
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
 			continue
 		}
@@ -666,6 +669,7 @@ func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *pr
 // policy. It works in bounded batches and re-checks every row under its lock,
 // because the list is a snapshot that a result may have overtaken.
 func (s *Service) Reap(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "reaper") // cross-tenant by nature (docs/operations.md)
 	expired, err := s.store.AttemptListExpired(ctx, &store.AttemptListExpiredParams{Now: s.clock.NowOrNil(), Limit: s.batch})
 	if err != nil {
 		return 0, mapStoreErr(err)
@@ -709,6 +713,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 
 // PurgeNonces forgets nonces past their retention.
 func (s *Service) PurgeNonces(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "nonce purge") // cross-tenant by nature (docs/operations.md)
 	n, err := s.store.NoncePurge(ctx, s.clock.NowOrNil())
 	return n, mapStoreErr(err)
 }

@@ -173,6 +173,7 @@ func (s *Service) scheduledChannels(ctx context.Context) (cats map[string]Schedu
 // number of windows this replica fired (denied runs included). Every
 // replica calls it every ScheduleInterval; tests call it with a fake clock.
 func (s *Service) FireSchedules(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "scheduler") // cross-tenant by nature (docs/operations.md)
 	fired, err := s.fireServerSchedules(ctx)
 	n, terr := s.fireTenantSchedules(ctx)
 	return fired + n, errors.Join(err, terr)

@@ -99,13 +99,15 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 	}
 	var t *store.SourceTicket
 	err := s.store.InTx(ctx, func(tx store.Tx) (err error) {
-		t, err = tx.SourceTicketUse(ctx, protocol.SHA256Hex([]byte(ticket)), s.clock.NowOrNil())
+		// The ticket is what tells the tenant (lookup by its digest).
+		t, err = tx.SourceTicketUse(store.WithSystem(ctx, "source ticket"), protocol.SHA256Hex([]byte(ticket)), s.clock.NowOrNil())
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the source ticket is unknown, used or expired: %w", protocol.ErrTicketExpired)
 		}
 		if err != nil {
 			return err
 		}
+		ctx := store.WithTenant(ctx, t.Tenant)
 		if err := s.checkLive(ctx, tx, t.AttemptID, t.LeaseDigest); err != nil {
 			if errors.As(err, new(*protocol.Error)) {
 				return fmt.Errorf("the source ticket's attempt no longer holds its lease (%s): %w", err.Error(), protocol.ErrTicketExpired)
@@ -118,6 +120,7 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 	if err != nil {
 		return mapStoreErr(err)
 	}
+	ctx = store.WithTenant(ctx, t.Tenant)
 	if isGitHubRepo(t.Repo) {
 		return s.archiveGitHubSource(ctx, t.Tenant, t.Repo, t.Commit, open)
 	}

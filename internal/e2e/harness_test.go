@@ -252,7 +252,8 @@ var backends = []backend{
 	{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "jobplane.db") }},
 	// testdb skips the test when no PostgreSQL answers, or fails it when
 	// JOBPLANE_TEST_REQUIRE_POSTGRES=1.
-	{"postgres", func(t *testing.T) string { return testdb.PostgresDSN(t) }},
+	// The server connects as the production app role (MT3).
+	{"postgres", func(t *testing.T) string { return testdb.PostgresAppDSN(t) }},
 }
 
 // eachBackend runs fn as parallel subtests, one per database.

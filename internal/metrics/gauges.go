@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 var (
@@ -39,6 +40,8 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	// say so in jobplane_store_up instead.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// The gauges count every tenant's rows.
+	ctx = store.WithSystem(ctx, "metrics")
 	g, err := c.src.MetricsGauges(ctx, c.clock.NowOrNil())
 	if err != nil {
 		c.log.Warn("metrics: read gauges", "err", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // Cookie names. The session cookie holds the API token itself: the server
@@ -85,7 +86,8 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, *session)) ht
 				return
 			}
 		}
-		fn(w, r, s)
+		// Everything the page does is in the principal's tenant (MT3).
+		fn(w, r.WithContext(store.WithTenant(r.Context(), s.Actor.TenantID)), s)
 	}
 }
 

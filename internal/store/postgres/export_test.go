@@ -1,6 +1,12 @@
 package postgres
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
 
 // TerminateListener kills the backend of the store's LISTEN connection, as a
 // database restart or a network cut would.
@@ -10,4 +16,44 @@ func TerminateListener(ctx context.Context, s *Store) (int, error) {
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE query LIKE 'LISTEN %' || $1 || '%') t`, s.channel).Scan(&n)
 	return n, err
+}
+
+// TxStrings runs sql in a transaction begun as InTx begins them (declaring
+// the scope of ctx) and returns the first column of every row.
+func TxStrings(ctx context.Context, s *Store, sql string) (out []string, err error) {
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		out, err = firstColumn(ctx, tx.(*queries).db, sql)
+		return err
+	})
+	return out, err
+}
+
+// PoolStrings runs sql as the store runs its statements outside InTx.
+func PoolStrings(ctx context.Context, s *Store, sql string) ([]string, error) {
+	return firstColumn(ctx, s.queries.db, sql)
+}
+
+func firstColumn(ctx context.Context, db dbtx, sql string) ([]string, error) {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// TxStringsEach runs, in one transaction begun with ctx, sql once with each
+// of ctxs, as the group committer runs the bodies of several callers.
+func TxStringsEach(ctx context.Context, s *Store, sql string, ctxs ...context.Context) (out [][]string, err error) {
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		out = nil
+		for _, c := range ctxs {
+			got, err := firstColumn(c, tx.(*queries).db, sql)
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
+		return nil
+	})
+	return out, err
 }

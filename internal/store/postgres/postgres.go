@@ -63,7 +63,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{})}
-	s.queries = queries{db: pool, s: s}
+	s.queries = queries{db: &scopedDB{db: pool}, s: s}
 	fail := func(err error) (*Store, error) {
 		pool.Close()
 		return nil, err
@@ -130,6 +130,11 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 			if done {
 				return nil
+			}
+			// The owner is bound by row-level security too (FORCE, 012): a
+			// migration that moves data must see every tenant's rows.
+			if _, err := tx.Exec(ctx, setScopeSQL(store.Scope{System: "migrate"})); err != nil {
+				return err
 			}
 			// Simple protocol: a migration file holds several statements.
 			if _, err := tx.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
@@ -216,7 +221,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.BeginTx(ctx, beginOptions(ctx))
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -227,7 +232,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
 	}
-	if err := fn(&queries{db: tx, s: s}); err != nil {
+	if err := fn(&queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s}); err != nil {
 		_ = tx.Rollback(ctx)
 		return err
 	}

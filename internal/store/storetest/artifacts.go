@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -15,11 +14,11 @@ import (
 
 func inTx(t *testing.T, s store.Store, fn func(tx store.Tx) error) error {
 	t.Helper()
-	return s.InTx(context.Background(), fn)
+	return s.InTx(bg(), fn)
 }
 
 func testArtifacts(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	mk := func(id, attempt, name, capDigest string) *store.Artifact {
 		return &store.Artifact{ID: id, Tenant: "t1", RunID: "run_1", AttemptID: attempt, Name: name, Role: "report",
 			MaxBytes: 100, ExpectedSize: 5, ExpectedSHA256: "ab", CapabilityDigest: capDigest, LeaseDigest: "ld",
@@ -103,7 +102,7 @@ func testArtifacts(t *testing.T, s store.Store) {
 }
 
 func testSourceTickets(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	tk := &store.SourceTicket{Digest: "d1", Tenant: "t1", RunID: "run_1", AttemptID: "att_1", LeaseDigest: "ld",
 		Repo: "code", Commit: "0123456789012345678901234567890123456789", ExpiresAt: t0.Add(time.Minute), CreatedAt: t0}
 	require.NoError(t, inTx(t, s, func(tx store.Tx) error { return tx.SourceTicketCreate(ctx, tk) }))

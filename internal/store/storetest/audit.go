@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 )
 
 func testAuditFilters(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	var evs []*store.AuditEvent
 	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
 		for i, actor := range []string{"alice", "bob", "alice", "carol"} {
@@ -35,7 +34,7 @@ func testAuditFilters(t *testing.T, s store.Store) {
 }
 
 func testAuditChain(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	_, err := s.AuditChainHead(ctx)
 	require.ErrorIs(t, err, store.ErrNotFound)
 	m0, err := s.AuditHorizon(ctx, 0)

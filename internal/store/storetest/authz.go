@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 )
 
 func testApprovals(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	r := f.run(t, func(r *store.Run) { r.State = store.RunPendingApproval; r.CreatedAt = t0 })
 	a1 := &store.Approval{RunID: r.ID, Approver: "carol", Verdict: "approved", Comment: "ok", At: t0.Add(time.Second)}
@@ -35,7 +34,7 @@ func testApprovals(t *testing.T, s store.Store) {
 }
 
 func testSecrets(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	_, err := s.SecretGet(ctx, "t1", "db", "prod")
 	require.ErrorIs(t, err, store.ErrNotFound)
 	sec := &store.Secret{Tenant: "t1", Name: "db", Channel: "prod", Ciphertext: []byte{1, 2, 3}, UpdatedAt: t0}
@@ -55,7 +54,7 @@ func testSecrets(t *testing.T, s store.Store) {
 }
 
 func testSigningKeys(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	k1 := &store.SigningKey{KID: "k1", Sealed: []byte("sealed-1"), CreatedAt: t0}
 	k2 := &store.SigningKey{KID: "k2", Sealed: []byte("sealed-2"), CreatedAt: t0.Add(time.Hour)}
 	require.NoError(t, s.SigningKeyCreate(ctx, k1))
@@ -77,7 +76,7 @@ func testSigningKeys(t *testing.T, s store.Store) {
 }
 
 func testCredentials(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	live := f.attempt(t, nil)
 	_, err := claim(s, f.tenant, "default", nil, "rnr_1", at(0))

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 )
 
 func testCatalogs(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	const a, b = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	good := &store.Catalog{Tenant: "t1", Channel: "prod", Branch: "main", Commit: a, Status: store.CatalogActive,
 		Author: "ann <ann@x>", CommittedAt: t0, LoadedAt: t0.Add(time.Second)}

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -16,13 +15,13 @@ import (
 func testClaimScope(t *testing.T, s store.Store) {
 	f := newFixture(t, s)
 	safe := f.attempt(t, func(a *store.Attempt) { a.Repo, a.ManagedOnly = "acme/app", true })
-	got, err := s.AttemptGetByID(context.Background(), safe.ID, false)
+	got, err := s.AttemptGetByID(bg(), safe.ID, false)
 	require.NoError(t, err)
 	require.Equal(t, "acme/app", got.Repo)
 	require.True(t, got.ManagedOnly)
 	now := at(time.Minute)
 	scoped := func(runner string, selfHosted bool, allowed ...string) (*store.Attempt, error) {
-		return s.AttemptClaim(context.Background(), &store.AttemptClaimParams{
+		return s.AttemptClaim(bg(), &store.AttemptClaimParams{
 			Tenant: f.tenant, Pool: "default", RunnerID: runner, LeaseDigest: "d-" + runner, ClaimRequestID: "q-" + runner,
 			Now: now, SelfHosted: selfHosted, AllowedRepos: allowed,
 		})

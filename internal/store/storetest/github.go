@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 )
 
 func testGitHubInstallations(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	in := &store.GitHubInstallation{ID: 42, Tenant: "tnt_a", Account: "acme", AccountType: "Organization",
 		RepositorySelection: "selected", Status: store.GitHubInstallationActive, CreatedAt: t0, UpdatedAt: t0}
 	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error { return tx.GitHubInstallationPut(ctx, in) }))
@@ -61,7 +60,7 @@ func testGitHubInstallations(t *testing.T, s store.Store) {
 }
 
 func testGitHubDeliveries(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	d := &store.GitHubDelivery{ID: "guid-1", Event: "installation", Action: "created", InstallationID: 42, ProcessedAt: t0}
 	require.NoError(t, s.GitHubDeliveryRecord(ctx, d))
 	require.ErrorIs(t, s.GitHubDeliveryRecord(ctx, &store.GitHubDelivery{ID: "guid-1", Event: "x"}), store.ErrAlreadyExists)
@@ -115,7 +114,7 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 func testGitHubCheckOutbox(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	for _, run := range []string{"run_a", "run_b"} {
 		c := &store.GitHubCheckRun{RunID: run, Tenant: "tnt_a", InstallationID: 42, Repo: "acme/app",
 			HeadSHA: "0123456789012345678901234567890123456789", Name: "jobplane / " + run, CreatedAt: t0}
@@ -208,7 +207,7 @@ func testGitHubCheckOutbox(t *testing.T, s store.Store) {
 }
 
 func testGitHubOpenCheckRuns(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	for _, id := range []int64{9, 8} {
 		require.NoError(t, s.GitHubInstallationPut(ctx, &store.GitHubInstallation{ID: id, Tenant: "tnt_" + string(rune('a'+id)),

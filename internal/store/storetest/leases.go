@@ -43,13 +43,13 @@ func (f *fixture) queuedAttempt(t *testing.T, keys ...store.LeaseKey) *store.Att
 		Number: 1, State: store.AttemptQueued, Pool: fmt.Sprintf("lp%03d", f.n), LeaseTTL: 30 * time.Second,
 		Timeout: time.Hour, NotBefore: t0.Add(-time.Minute), CreatedAt: t0,
 	}
-	require.NoError(t, f.s.AttemptCreate(context.Background(), a))
+	require.NoError(t, f.s.AttemptCreate(bg(), a))
 	return a
 }
 
 func acquire(t *testing.T, q store.Queries, a *store.Attempt, now *time.Time, keys ...store.LeaseKey) ([]store.LeaseHold, string) {
 	t.Helper()
-	held, blocked, err := q.LeaseAcquire(context.Background(), &store.LeaseAcquireParams{
+	held, blocked, err := q.LeaseAcquire(bg(), &store.LeaseAcquireParams{
 		Tenant: a.Tenant, RunID: a.RunID, AttemptID: a.ID, Keys: keys, Now: now})
 	require.NoError(t, err)
 	if blocked != "" {
@@ -91,7 +91,7 @@ func holdKeys(hs []store.LeaseHold) []string {
 
 func keyToken(t *testing.T, s store.Store, tenant, key string) int64 {
 	t.Helper()
-	st, err := s.LeaseKeyGet(context.Background(), tenant, key)
+	st, err := s.LeaseKeyGet(bg(), tenant, key)
 	require.NoError(t, err)
 	return st.LastFencingToken
 }
@@ -101,7 +101,7 @@ func keyToken(t *testing.T, s store.Store, tenant, key string) int64 {
 // testLeaseFencing: a key's token only moves forward: across releases,
 // force releases and purges of expired or ended holders (RELIABILITY rule 2).
 func testLeaseFencing(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	_, err := s.LeaseKeyGet(ctx, f.tenant, "k")
 	require.ErrorIs(t, err, store.ErrNotFound)
@@ -183,7 +183,7 @@ func testLeaseFencing(t *testing.T, s store.Store) {
 
 // testLeaseSemaphore: a key with limit N has N slots.
 func testLeaseSemaphore(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a1 := f.leasedAttempt(t, at(0), lk("sem", 2))
 	a2 := f.leasedAttempt(t, at(0), lk("sem", 2))
@@ -220,7 +220,7 @@ func testLeaseSemaphore(t *testing.T, s store.Store) {
 
 // testLeaseGroup: a group is taken all-or-nothing (RELIABILITY L11 in small).
 func testLeaseGroup(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	holder := f.leasedAttempt(t, at(0), lk("c", 1))
 	acquire(t, s, holder, at(0), lk("c", 1))
@@ -263,7 +263,7 @@ func testLeaseGroup(t *testing.T, s store.Store) {
 // testLeaseWaiters: a blocked attempt is not claimable until a release of
 // its key clears BlockedOn.
 func testLeaseWaiters(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 
 	// BlockedOn is stored and read back.
@@ -356,7 +356,7 @@ func testLeaseWaiters(t *testing.T, s store.Store) {
 
 // testLeaseOnce: a once key remembers the first run that consumed it.
 func testLeaseOnce(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	require.NoError(t, s.LeaseKeyConsume(ctx, f.tenant, "rollup:2026-01-01", "run_1"))
 	st, err := s.LeaseKeyGet(ctx, f.tenant, "rollup:2026-01-01")
@@ -383,7 +383,7 @@ func testLeaseOnce(t *testing.T, s store.Store) {
 
 // testLeaseLiveRun: an unfinished run whose LeaseKeys name the key.
 func testLeaseLiveRun(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	keys := func(ks ...string) json.RawMessage {
 		var l []store.LeaseKey
@@ -435,7 +435,7 @@ func testLeaseLiveRun(t *testing.T, s store.Store) {
 
 // testLeaseList: holds by key prefix, by key and slot.
 func testLeaseList(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	take := func(keys ...store.LeaseKey) *store.Attempt {
 		a := f.leasedAttempt(t, at(0), keys...)
@@ -479,7 +479,7 @@ func testLeaseList(t *testing.T, s store.Store) {
 // tokens strictly increase in commit order, and no waiter is left blocked
 // (RELIABILITY L1/L7 in small).
 func testLeaseConcurrent(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	const workers, per = 16, 4
 	key := []store.LeaseKey{lk("hot", 1)}

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,7 @@ import (
 )
 
 func testSchedules(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	const commit = "cccccccccccccccccccccccccccccccccccccccc"
 	first := &store.Schedule{Tenant: "t1", Channel: "prod", Job: "nightly", Cron: "0 2 * * *", TZ: "UTC", Commit: commit,
 		NextFireAt: t0.Add(2 * time.Hour), UpdatedAt: t0}

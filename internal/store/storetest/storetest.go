@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,7 +105,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s store.Store) *fixture {
 	t.Helper()
-	tn, err := s.TenantEnsure(context.Background(), "acme", at(0))
+	tn, err := s.TenantEnsure(bg(), "acme", at(0))
 	require.NoError(t, err)
 	return &fixture{s: s, tenant: tn.ID}
 }
@@ -123,7 +122,7 @@ func (f *fixture) run(t *testing.T, mod func(r *store.Run)) *store.Run {
 	if mod != nil {
 		mod(r)
 	}
-	require.NoError(t, f.s.RunCreate(context.Background(), r))
+	require.NoError(t, f.s.RunCreate(bg(), r))
 	return r
 }
 
@@ -138,12 +137,12 @@ func (f *fixture) attempt(t *testing.T, mod func(a *store.Attempt)) *store.Attem
 	if mod != nil {
 		mod(a)
 	}
-	require.NoError(t, f.s.AttemptCreate(context.Background(), a))
+	require.NoError(t, f.s.AttemptCreate(bg(), a))
 	return a
 }
 
 func claim(s store.Queries, tenant, pool string, labels []string, runner string, now *time.Time) (*store.Attempt, error) {
-	return s.AttemptClaim(context.Background(), &store.AttemptClaimParams{
+	return s.AttemptClaim(bg(), &store.AttemptClaimParams{
 		Tenant: tenant, Pool: pool, RunnerLabels: labels, RunnerID: runner,
 		LeaseDigest: "digest-" + runner, ClaimRequestID: "req-" + runner, Now: now,
 	})
@@ -152,7 +151,7 @@ func claim(s store.Queries, tenant, pool string, labels []string, runner string,
 // ---- cases ----
 
 func testTenants(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	a, err := s.TenantEnsure(ctx, "acme", at(0))
 	require.NoError(t, err)
 	require.NotEmpty(t, a.ID)
@@ -172,7 +171,7 @@ func testTenants(t *testing.T, s store.Store) {
 }
 
 func testPrincipalsAndTokens(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	p := &store.Principal{ID: "prn_1", Tenant: f.tenant, Kind: "user", Name: "alice", Admin: true, CreatedAt: t0}
 	require.NoError(t, s.PrincipalCreate(ctx, p))
@@ -207,7 +206,7 @@ func testPrincipalsAndTokens(t *testing.T, s store.Store) {
 }
 
 func testRuns(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	r := f.run(t, func(r *store.Run) {
 		r.IdempotencyKey = "k1"
@@ -267,7 +266,7 @@ func testRuns(t *testing.T, s store.Store) {
 }
 
 func testRunList(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	var ids []string
 	for i := range 7 {
@@ -319,7 +318,7 @@ func testRunList(t *testing.T, s store.Store) {
 }
 
 func testAttemptCreate(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, func(a *store.Attempt) {
 		a.Labels = []string{"linux", "gpu"}
@@ -412,7 +411,7 @@ func testClaimOrdering(t *testing.T, s store.Store) {
 }
 
 func testClaimLeaseMath(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, nil)
 	now := at(0)
@@ -459,7 +458,7 @@ func testClaimLeaseMath(t *testing.T, s store.Store) {
 }
 
 func testRenew(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, func(a *store.Attempt) { a.Timeout = 50 * time.Second })
 	_, err := claim(s, f.tenant, "default", nil, "r1", at(0))
@@ -496,7 +495,7 @@ func testRenew(t *testing.T, s store.Store) {
 }
 
 func testListExpired(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, func(a *store.Attempt) { a.LeaseTTL = 20 * time.Second })
 	b := f.attempt(t, func(a *store.Attempt) { a.LeaseTTL = 10 * time.Second })
@@ -530,7 +529,7 @@ func testListExpired(t *testing.T, s store.Store) {
 }
 
 func testRunners(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	r := &store.Runner{ID: "rnr_1", Tenant: f.tenant, Pool: "default", Name: "w1", Labels: []string{"linux"},
 		PublicKey: "pk", KeyFingerprint: "fp", Status: store.RunnerActive, SelfHosted: true,
@@ -562,7 +561,7 @@ func testRunners(t *testing.T, s store.Store) {
 }
 
 func testRegTokens(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	tok := &store.RegToken{Digest: "rd1", Tenant: "tnt_1", Pool: "default", Labels: []string{"linux"},
 		AllowedRepos: []string{"org/a"}, SelfHosted: true, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}
 	require.NoError(t, s.RegTokenCreate(ctx, tok))
@@ -581,7 +580,7 @@ func testRegTokens(t *testing.T, s store.Store) {
 }
 
 func testRegTokenConcurrent(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	require.NoError(t, s.RegTokenCreate(ctx, &store.RegToken{Digest: "race", Tenant: "tnt_1", ExpiresAt: t0.Add(time.Hour)}))
 	var (
 		wg     sync.WaitGroup
@@ -613,7 +612,7 @@ func testRegTokenConcurrent(t *testing.T, s store.Store) {
 }
 
 func testNonces(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	require.NoError(t, s.NonceInsert(ctx, "r1", "n1", t0))
 	require.ErrorIs(t, s.NonceInsert(ctx, "r1", "n1", t0.Add(time.Hour)), store.ErrAlreadyExists)
 	require.NoError(t, s.NonceInsert(ctx, "r2", "n1", t0.Add(time.Minute)))
@@ -636,7 +635,7 @@ func testNonces(t *testing.T, s store.Store) {
 }
 
 func testLogs(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, nil)
 	b := f.attempt(t, nil)
@@ -700,7 +699,7 @@ func testLogs(t *testing.T, s store.Store) {
 }
 
 func testAudit(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	e1 := &store.AuditEvent{Tenant: "t1", At: t0, Actor: "alice", Action: "run.create", Subject: "run_1",
 		Details: json.RawMessage(`{"job":"migrate"}`)}
 	require.NoError(t, s.AuditAppend(ctx, e1))
@@ -726,7 +725,7 @@ func testAudit(t *testing.T, s store.Store) {
 }
 
 func testNow(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	got, err := s.Now(ctx, at(0))
 	require.NoError(t, err)
 	require.True(t, got.Equal(t0))
@@ -746,7 +745,7 @@ func testNow(t *testing.T, s store.Store) {
 }
 
 func testInTxRollback(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	boom := errors.New("boom")
 	runID := id.New(id.Run, t0)
@@ -786,7 +785,7 @@ func testInTxRollback(t *testing.T, s store.Store) {
 // testForUpdate: concurrent read-modify-write transactions that lock with
 // forUpdate lose no update.
 func testForUpdate(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	a := f.attempt(t, nil)
 	require.NoError(t, s.RunnerCreate(ctx, &store.Runner{ID: "rnr_fu", Tenant: f.tenant, Status: store.RunnerActive}))
@@ -849,7 +848,7 @@ func closed(ch <-chan struct{}, wait time.Duration) bool {
 }
 
 func testWake(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	ch := s.Wake()
 	err := s.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.WakeClaimers(ctx); err != nil {
@@ -880,7 +879,7 @@ func testWake(t *testing.T, s store.Store) {
 // testDoubleAssignment: every attempt is claimed exactly once by concurrent
 // claimers (RELIABILITY C1 in small).
 func testDoubleAssignment(t *testing.T, s store.Store) {
-	ctx := context.Background()
+	ctx := bg()
 	f := newFixture(t, s)
 	const total, workers = 2000, 16
 	seedStart := clock.Real{}.Now()

@@ -49,12 +49,21 @@ func Postgres(t testing.TB) store.Store {
 	}
 	// Registered after PostgresDSN's cleanup, so it runs before the schema drop.
 	t.Cleanup(func() { _ = s.Close() })
+	dsnOf.Store(s, dsn)
+	t.Cleanup(func() { dsnOf.Delete(s) })
 	return s
 }
 
 // PostgresDSN returns a DSN whose search_path is a fresh, empty schema that is
 // dropped at cleanup; for tests that start a server process with --db.
 func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	return newSchema(t, "")
+}
+
+// newSchema creates a fresh schema, owned by owner when it is not "", and
+// returns a DSN of the base role whose search_path is it.
+func newSchema(t testing.TB, owner string) string {
 	t.Helper()
 	base := baseDSN(t)
 	var b [8]byte
@@ -67,7 +76,14 @@ func PostgresDSN(t testing.TB) string {
 		t.Fatalf("testdb: connect: %v", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+	create := `CREATE SCHEMA ` + schema
+	if owner != "" {
+		if err := ensureRoles(ctx, conn); err != nil {
+			t.Fatalf("testdb: roles: %v", err)
+		}
+		create += ` AUTHORIZATION ` + owner
+	}
+	if _, err := conn.Exec(ctx, create); err != nil {
 		t.Fatalf("testdb: create schema: %v", err)
 	}
 	t.Cleanup(func() {

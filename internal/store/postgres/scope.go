@@ -1,0 +1,206 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// Row-level security (migration 012, RELIABILITY MT3): every transaction
+// declares the scope its context carries with set_config(..., true), which
+// ends with the transaction, so a pooled connection never hands a tenant to
+// the next one. A context without a scope declares nothing and the policies
+// show it no tenant-owned row: a forgotten scope fails closed.
+
+// setScopeSQL is the statement that declares a scope; both settings are
+// always written, so that neither can survive from anywhere else.
+func setScopeSQL(sc store.Scope) string {
+	return "SELECT set_config('app.tenant_id', " + quoteLiteral(sc.Tenant) + ", true), set_config('app.system', " + quoteLiteral(sc.System) + ", true)"
+}
+
+// beginOptions opens a transaction and declares its scope in one
+// simple-protocol message, so the scope costs no extra round trip.
+func beginOptions(ctx context.Context) pgx.TxOptions {
+	sc := store.ScopeOf(ctx)
+	if sc.IsZero() {
+		return pgx.TxOptions{}
+	}
+	return pgx.TxOptions{BeginQuery: "BEGIN; " + setScopeSQL(sc)}
+}
+
+// quoteLiteral quotes s as an SQL string literal. Scopes are tenant IDs and
+// fixed names, but the begin statement is text, so it must not trust them.
+func quoteLiteral(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	if strings.Contains(s, `\`) {
+		return "E'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", "''") + "'"
+	}
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// batcher is the pool or a transaction.
+type batcher interface {
+	dbtx
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// scopedDB gives each statement the scope of its context.
+//
+// On the pool (statements the store runs outside InTx), a scope and the
+// statement go as one pipelined batch: the extended protocol runs
+// everything before its Sync as one transaction, so set_config(..., true)
+// covers the statement and ends with it, at no extra round trip. Without a
+// scope the statement runs as is and fails closed.
+//
+// In a transaction, which declared its context's scope at BEGIN, a
+// statement whose context declares another scope re-declares it first, in
+// the same batch: the group committer runs the bodies of several callers,
+// of several tenants, in one transaction, and each body keeps its own.
+type scopedDB struct {
+	db   batcher
+	inTx bool
+	cur  store.Scope // in a transaction: the scope declared last
+}
+
+// declare reports the scope to declare before a statement with ctx, if any.
+func (d *scopedDB) declare(ctx context.Context) (store.Scope, bool) {
+	sc := store.ScopeOf(ctx)
+	if d.inTx {
+		if sc == d.cur {
+			return sc, false
+		}
+		d.cur = sc
+		return sc, true
+	}
+	return sc, !sc.IsZero()
+}
+
+func (d *scopedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(setScopeSQL(sc))
+	b.Queue(sql, args...)
+	br := d.db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	return tag, errors.Join(err, closeErr(br, err))
+}
+
+func (d *scopedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(setScopeSQL(sc))
+	b.Queue(sql, args...)
+	br := d.db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+func (d *scopedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.QueryRow(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(setScopeSQL(sc))
+	b.Queue(sql, args...)
+	br := d.db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return &batchRow{err: err}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return &batchRow{err: err}
+	}
+	return &batchRow{rows: &batchRows{Rows: rows, br: br}}
+}
+
+// closeErr closes the batch; its error matters only when the statement
+// itself succeeded (the commit at Sync can still fail).
+func closeErr(br pgx.BatchResults, stmtErr error) error {
+	err := br.Close()
+	if stmtErr != nil {
+		return nil
+	}
+	return err
+}
+
+// batchRows releases the batch (and its connection) with the rows.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = closeErr(r.br, r.Rows.Err())
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// batchRow is QueryRow over batchRows: ErrNoRows when empty, like pgx.
+type batchRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *batchRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
