@@ -285,6 +285,18 @@ func TestAU1AuditCoverage(t *testing.T) {
 				_, err := e.admin.CreateInstallationPrincipalToken(ctx, 80, "gavin", protocol.PrincipalTokenRequest{})
 				return err
 			}, want: []string{"token.created"}},
+			"DELETE /v1/github/installations/{id}/tokens/{token}": {setup: func(e *auditSweep) {
+				body := []byte(`{"action":"created","installation":{"id":81,"account":{"login":"pied"}},"repositories":[]}`)
+				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-81", Event: "installation", Body: body})
+				require.NoError(t, err)
+				_, err = e.admin.CreateInstallationPrincipal(ctx, 81, protocol.PrincipalRequest{Name: "richard"})
+				require.NoError(t, err)
+				tok, err := e.admin.CreateInstallationPrincipalToken(ctx, 81, "richard", protocol.PrincipalTokenRequest{})
+				require.NoError(t, err)
+				e.tokenID = tok.ID
+			}, do: func(e *auditSweep) error {
+				return e.admin.RevokeInstallationToken(ctx, 81, e.tokenID)
+			}, want: []string{"token.revoked"}},
 			"POST /v1/catalogs/sync": {setup: func(e *auditSweep) {
 				_, err := gitsync.CommitFiles(e.repo, "main", map[string]string{"jobs/more.yaml": "name: more\nrun: {command: [\"true\"]}\n"}, "more")
 				require.NoError(t, err)

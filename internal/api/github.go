@@ -35,6 +35,7 @@ func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
 	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))
 	m.HandleFunc("POST /v1/github/installations/{id}/principals", h.user(h.createInstallationPrincipal))
 	m.HandleFunc("POST /v1/github/installations/{id}/principals/{name}/tokens", h.user(h.createInstallationToken))
+	m.HandleFunc("DELETE /v1/github/installations/{id}/tokens/{token}", h.user(h.revokeInstallationToken))
 	if cfg == nil {
 		return
 	}
@@ -95,6 +96,21 @@ func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request
 		return
 	}
 	writeJSON(w, http.StatusCreated, resp)
+}
+
+// revokeInstallationToken answers DELETE
+// /v1/github/installations/{id}/tokens/{token} (operator admins).
+func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	inst, err := installationID(r)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	if err := h.svc.RevokeInstallationToken(r.Context(), actor, inst, r.PathValue("token")); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // createInstallationRegToken answers POST

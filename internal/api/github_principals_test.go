@@ -153,6 +153,26 @@ func TestInstallationPrincipals(t *testing.T) {
 		require.Equal(t, "queued", string(got.State))
 		_, err = bob.CancelRun(ctx, run.ID)
 		require.NoError(t, err, "the requester cancels their own run")
+
+		// Revocation: a token belongs to its tenant. The operator revokes
+		// an installation's token through that installation only.
+		_, err = e.admin.CreateInstallationPrincipal(ctx, 1, protocol.PrincipalRequest{Name: "dave"})
+		require.NoError(t, err)
+		dtok, err := e.admin.CreateInstallationPrincipalToken(ctx, 1, "dave", protocol.PrincipalTokenRequest{})
+		require.NoError(t, err)
+		require.NotEmpty(t, dtok.ID)
+		dave := &apiclient.Client{BaseURL: e.srv.URL, Token: dtok.Token, HTTP: e.srv.Client()}
+		err = e.admin.RevokeToken(ctx, dtok.ID)
+		require.True(t, apiclient.IsCode(err, protocol.CodeNotFound), "another tenant's token by the generic route: %v", err)
+		err = e.admin.RevokeInstallationToken(ctx, 2, dtok.ID)
+		require.True(t, apiclient.IsCode(err, protocol.CodeNotFound), "through the wrong installation: %v", err)
+		err = alice.RevokeInstallationToken(ctx, 1, dtok.ID)
+		require.True(t, apiclient.IsCode(err, protocol.CodeForbidden), "%v", err)
+		_, err = dave.ListRuns(ctx, apiclient.ListRunsParams{})
+		require.NoError(t, err, "still valid after the refused revocations")
+		require.NoError(t, e.admin.RevokeInstallationToken(ctx, 1, dtok.ID))
+		_, err = dave.ListRuns(ctx, apiclient.ListRunsParams{})
+		require.True(t, apiclient.IsCode(err, protocol.CodeUnauthorized), "revoked: %v", err)
 	})
 }
 

@@ -37,3 +37,9 @@ func (c *Client) CreateInstallationPrincipalToken(ctx context.Context, installat
 	}
 	return &tok, nil
 }
+
+// RevokeInstallationToken revokes an API token of a GitHub installation's
+// tenant (operator admins).
+func (c *Client) RevokeInstallationToken(ctx context.Context, installation int64, tokenID string) error {
+	return c.do(ctx, http.MethodDelete, nil, nil, nil, "v1", "github", "installations", strconv.FormatInt(installation, 10), "tokens", tokenID)
+}

@@ -538,7 +538,8 @@ func (c *TokensCreateCmd) Run(g *Globals) error {
 // TokensRevokeCmd revokes a token.
 type TokensRevokeCmd struct {
 	ClientFlags
-	ID string `arg:"" help:"Token ID."`
+	ID           string `arg:"" help:"Token ID."`
+	Installation int64  `help:"The token belongs to the tenant of this GitHub App installation (operator admins)." placeholder:"ID"`
 }
 
 // Run revokes.
@@ -547,7 +548,12 @@ func (c *TokensRevokeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.RevokeToken(g.Ctx, c.ID); err != nil {
+	if c.Installation != 0 {
+		err = cl.RevokeInstallationToken(g.Ctx, c.Installation, c.ID)
+	} else {
+		err = cl.RevokeToken(g.Ctx, c.ID)
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(g.Stdout, "token %s revoked\n", c.ID)

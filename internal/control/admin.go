@@ -280,7 +280,7 @@ func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) 
 		return err
 	}
 	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.APITokenRevoke(ctx, tokenID, s.clock.NowOrNil()); err != nil {
+		if err := tx.APITokenRevoke(ctx, actor.TenantID, tokenID, s.clock.NowOrNil()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("token %s: %w", tokenID, protocol.ErrNotFound)
 			}

@@ -421,7 +421,7 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 // later; with self_hosted and allowed_repos it is the customer's runner
 // for some of the installation's repositories.
 func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
-	on, err := s.operatorOn(ctx, actor, installation, "register runners for")
+	ctx, on, err := s.operatorOn(ctx, actor, installation, "register runners for")
 	if err != nil {
 		return nil, err
 	}
@@ -433,30 +433,33 @@ func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor
 // active installation. An admin of any other tenant — an installation's
 // own included — is refused: installation tenants never administer
 // themselves, so that their runners and principals stay the operator's.
-func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int64, what string) (Actor, error) {
+//
+// The context it returns is scoped to that tenant (row-level security), for
+// the work the operator does there.
+func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int64, what string) (context.Context, Actor, error) {
 	if err := requireAdmin(actor); err != nil {
-		return Actor{}, err
+		return nil, Actor{}, err
 	}
 	t, err := s.store.TenantGetByID(ctx, actor.TenantID)
 	if err != nil {
-		return Actor{}, mapStoreErr(err)
+		return nil, Actor{}, mapStoreErr(err)
 	}
 	if t.Name != DefaultTenant {
-		return Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
+		return nil, Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
 	}
 	// An admin of the default tenant acts for another tenant here.
-	in, err := s.store.GitHubInstallationGet(store.WithSystem(ctx, "installation runners"), installation)
+	in, err := s.store.GitHubInstallationGet(store.WithSystem(ctx, "installation operator"), installation)
 	if errors.Is(err, store.ErrNotFound) {
-		return Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
+		return nil, Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return Actor{}, mapStoreErr(err)
+		return nil, Actor{}, mapStoreErr(err)
 	}
 	ctx = store.WithTenant(ctx, in.Tenant)
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
-		return Actor{}, err
+		return nil, Actor{}, err
 	}
-	return Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, nil
+	return ctx, Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, nil
 }
 
 // CreateInstallationPrincipal adds a principal to an installation's tenant
@@ -465,7 +468,7 @@ func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int6
 // it cannot create principals, tokens or runners, nor read the audit log;
 // what it may run or approve is up to the tenant's policies and groups.
 func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor Actor, installation int64, req *protocol.PrincipalRequest) (*store.Principal, error) {
-	on, err := s.operatorOn(ctx, actor, installation, "create principals for")
+	ctx, on, err := s.operatorOn(ctx, actor, installation, "create principals for")
 	if err != nil {
 		return nil, err
 	}
@@ -475,9 +478,20 @@ func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor Actor, 
 // CreateInstallationToken issues an API token for a principal of an
 // installation's tenant (operators only).
 func (s *Service) CreateInstallationToken(ctx context.Context, actor Actor, installation int64, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
-	on, err := s.operatorOn(ctx, actor, installation, "create tokens for")
+	ctx, on, err := s.operatorOn(ctx, actor, installation, "create tokens for")
 	if err != nil {
 		return nil, err
 	}
 	return s.CreateToken(ctx, on, principal, ttlSeconds)
+}
+
+// RevokeInstallationToken revokes an API token of an installation's tenant
+// (operators only): a token belongs to its tenant, so the operator's own
+// DELETE /v1/tokens/{id} does not reach it.
+func (s *Service) RevokeInstallationToken(ctx context.Context, actor Actor, installation int64, tokenID string) error {
+	ctx, on, err := s.operatorOn(ctx, actor, installation, "revoke tokens of")
+	if err != nil {
+		return err
+	}
+	return s.RevokeToken(ctx, on, tokenID)
 }

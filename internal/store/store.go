@@ -375,8 +375,9 @@ type Queries interface {
 	// APITokenGetByDigest returns a token and its principal whether or not it
 	// is expired or revoked; the caller decides.
 	APITokenGetByDigest(ctx context.Context, digest string) (*APIToken, *Principal, error)
-	// APITokenRevoke marks a token revoked.
-	APITokenRevoke(ctx context.Context, id string, now *time.Time) error
+	// APITokenRevoke marks a token of one of tenant's principals revoked; a
+	// token of another tenant is ErrNotFound.
+	APITokenRevoke(ctx context.Context, tenant, id string, now *time.Time) error
 
 	// ApprovalCreate records a verdict; ErrAlreadyExists when this approver
 	// already gave one on the run.

@@ -108,8 +108,9 @@ func (q *queries) APITokenGetByDigest(ctx context.Context, digest string) (*stor
 	return t, p, nil
 }
 
-func (q *queries) APITokenRevoke(ctx context.Context, tokenID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, `+nowSQL+`) WHERE id = $2`, now, tokenID)
+func (q *queries) APITokenRevoke(ctx context.Context, tenant, tokenID string, now *time.Time) error {
+	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, `+nowSQL+`) WHERE id = $2
+		AND principal_id IN (SELECT id FROM principals WHERE tenant = $3)`, now, tokenID, tenant)
 }
 
 func (q *queries) PrincipalCreate(ctx context.Context, p *store.Principal) error {

@@ -100,9 +100,10 @@ func (q *queries) APITokenGetByDigest(ctx context.Context, digest string) (*stor
 	return t, p, nil
 }
 
-func (q *queries) APITokenRevoke(ctx context.Context, tokenID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?, `+nowSQL+`) WHERE id = ?`,
-		microsPtr(now), tokenID)
+func (q *queries) APITokenRevoke(ctx context.Context, tenant, tokenID string, now *time.Time) error {
+	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?, `+nowSQL+`) WHERE id = ?
+		AND principal_id IN (SELECT id FROM principals WHERE tenant = ?)`,
+		microsPtr(now), tokenID, tenant)
 }
 
 func (q *queries) PrincipalCreate(ctx context.Context, p *store.Principal) error {

@@ -196,13 +196,15 @@ func testPrincipalsAndTokens(t *testing.T, s store.Store) {
 	_, _, err = s.APITokenGetByDigest(ctx, "nope")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	require.NoError(t, s.APITokenRevoke(ctx, tok.ID, at(time.Minute)))
-	require.NoError(t, s.APITokenRevoke(ctx, tok.ID, at(time.Hour))) // the first revocation time stays
+	// Another tenant cannot revoke it.
+	require.ErrorIs(t, s.APITokenRevoke(ctx, "tnt_other", tok.ID, at(time.Second)), store.ErrNotFound)
+	require.NoError(t, s.APITokenRevoke(ctx, p.Tenant, tok.ID, at(time.Minute)))
+	require.NoError(t, s.APITokenRevoke(ctx, p.Tenant, tok.ID, at(time.Hour))) // the first revocation time stays
 	gt, _, err = s.APITokenGetByDigest(ctx, "d1")
 	require.NoError(t, err)
 	require.NotNil(t, gt.RevokedAt)
 	require.True(t, gt.RevokedAt.Equal(t0.Add(time.Minute)), "revoked at %v", gt.RevokedAt)
-	require.ErrorIs(t, s.APITokenRevoke(ctx, "tok_missing", nil), store.ErrNotFound)
+	require.ErrorIs(t, s.APITokenRevoke(ctx, p.Tenant, "tok_missing", nil), store.ErrNotFound)
 }
 
 func testRuns(t *testing.T, s store.Store) {
