@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,26 +71,13 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		l := &locals[i]
 		l.claimedAt = map[string]time.Time{}
 		g.Go(func() error {
-			for wctx.Err() == nil {
-				t0 := clock.Real{}.Now()
-				asg, err := r.Client.Claim(wctx, wait, "")
-				t1 := clock.Real{}.Now()
-				if err != nil {
-					if wctx.Err() != nil {
-						return nil
-					}
-					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
-				}
-				if asg == nil {
-					continue
-				}
-				l.claimLat = append(l.claimLat, t1.Sub(t0))
-				l.claimedAt[asg.RunID] = t1
+			var mu sync.Mutex // guards l when a runner works on several runs at once
+			work := func(asg *protocol.Assignment, claimed time.Time) error {
 				ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
 				if _, err := r.Client.Renew(gctx, ref); err != nil {
 					return fmt.Errorf("runner %s: renew run %s: %w", r.ID, asg.RunID, err)
 				}
-				if err := r.Client.Logs(gctx, ref, protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: t1, Stream: "stdout", Text: "bench"}}}); err != nil {
+				if err := r.Client.Logs(gctx, ref, protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: claimed, Stream: "stdout", Text: "bench"}}}); err != nil {
 					return fmt.Errorf("runner %s: logs of run %s: %w", r.ID, asg.RunID, err)
 				}
 				res, err := r.Client.Result(gctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
@@ -99,11 +87,56 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 				if res.RunState != "succeeded" {
 					return fmt.Errorf("runner %s: run %s is %s after its result, want succeeded", r.ID, asg.RunID, res.RunState)
 				}
+				mu.Lock()
 				l.last = clock.Real{}.Now()
+				mu.Unlock()
 				done.Add(1)
 				finished <- struct{}{}
 				if results.Add(1) == int64(n) {
 					stopRunners()
+				}
+				return nil
+			}
+			for wctx.Err() == nil {
+				t0 := clock.Real{}.Now()
+				var asgs []*protocol.Assignment
+				var err error
+				if e.ClaimMax > 1 {
+					asgs, err = r.Client.ClaimMany(wctx, wait, e.ClaimMax, "")
+				} else {
+					var asg *protocol.Assignment
+					if asg, err = r.Client.Claim(wctx, wait, ""); asg != nil {
+						asgs = []*protocol.Assignment{asg}
+					}
+				}
+				t1 := clock.Real{}.Now()
+				if err != nil {
+					if wctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
+				}
+				if len(asgs) == 0 {
+					continue
+				}
+				l.claimLat = append(l.claimLat, t1.Sub(t0))
+				for _, asg := range asgs {
+					l.claimedAt[asg.RunID] = t1
+				}
+				if len(asgs) == 1 {
+					if err := work(asgs[0], t1); err != nil {
+						return err
+					}
+					continue
+				}
+				errs := make([]error, len(asgs))
+				var wg sync.WaitGroup
+				for i, asg := range asgs {
+					wg.Go(func() { errs[i] = work(asg, t1) })
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					return err
 				}
 			}
 			return nil
