@@ -221,13 +221,21 @@ func (c *RunnerClient) ClaimMany(ctx context.Context, waitSeconds, max int, requ
 	if c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(waitSeconds)*time.Second {
 		return nil, fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", c.HTTP.Timeout, waitSeconds)
 	}
-	var b protocol.ClaimBatch
+	// A server that predates max answers one assignment object: it is
+	// taken as a batch of one rather than lost.
+	var b struct {
+		protocol.ClaimBatch
+		protocol.Assignment
+	}
 	status, err := c.do(ctx, nil, protocol.ClaimRequest{WaitSeconds: waitSeconds, RequestID: requestID, Max: max}, &b, "v1", "runner", "claim")
 	if err != nil {
 		return nil, err
 	}
 	if status == http.StatusNoContent {
 		return nil, nil
+	}
+	if b.Assignments == nil && b.AttemptID != "" {
+		return []*protocol.Assignment{&b.Assignment}, nil
 	}
 	if len(b.Assignments) > max {
 		return nil, fmt.Errorf("claim: the server answered %d assignments for max %d", len(b.Assignments), max)
