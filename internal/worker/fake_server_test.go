@@ -31,7 +31,7 @@ type fakeServer struct {
 	queue         []*protocol.Assignment
 	byRequest     map[string]*protocol.Assignment
 	byBatch       map[string][]*protocol.Assignment
-	claimMaxes    []int // max of each claim (0: one-attempt form)
+	claimMaxes    []int                           // max of each claim (0: one-attempt form)
 	leased        map[string]*protocol.Assignment // attempt ID → assignment
 	claimRequests []string
 	// loseClaimAnswers answers this many successful claims with 503 after
