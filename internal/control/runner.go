@@ -168,7 +168,7 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	for {
 		wake := s.store.Wake()
 		s.lines.setTrying(w, true)
-		a, err := s.claimTx(ctx, call, req.RequestID, n)
+		a, err := s.claimOnce(ctx, call, req.RequestID, n)
 		s.lines.setTrying(w, false)
 		if len(a) == 0 && ctx.Err() != nil {
 			// The caller left while its claim waited for a group
@@ -222,25 +222,39 @@ func slotRequestID(requestID string, i int) string {
 	return requestID + "#" + strconv.Itoa(i)
 }
 
-// claimTx claims up to n attempts in one group transaction. A claimed
-// attempt whose permission was revoked since the request ends its run
-// denied (recheck), one whose lease keys are held waits for them
-// (acquireKeys), and the next eligible attempt is tried in the same
-// transaction.
-func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
+// claimOnce claims up to n attempts. A claimed attempt whose permission
+// was revoked since the request ends its run denied (recheck), one whose
+// lease keys are held waits for them (acquireKeys); that is committed
+// first, with what was claimed before it, and when that was nothing the
+// next eligible attempt is tried in a new transaction — so that the locks
+// taken for the refused attempt are not held while claiming the next.
+func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
+	for {
+		asgs, revoked, err := s.claimTx(ctx, call, requestID, n)
+		if err != nil || !revoked || len(asgs) > 0 {
+			return asgs, err
+		}
+	}
+}
+
+// claimTx claims up to n attempts in one group transaction, stopping at the
+// first that is not handed out (revoked).
+func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, bool, error) {
 	tokens := make([]string, n)
 	for i := range tokens {
 		tokens[i] = id.Secret(32)
 	}
 	var asgs []*protocol.Assignment
 	var claimed []*store.Attempt
+	revoked := false
 	err := s.commits.do(ctx, func(tx store.Tx) error {
-		asgs, claimed = asgs[:0], claimed[:0]
+		asgs, claimed, revoked = asgs[:0], claimed[:0], false
 		for len(asgs) < n {
 			slot := len(asgs)
 			asg, a, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot))
 			if errors.Is(err, errRevoked) {
-				continue
+				revoked = true
+				break
 			}
 			if err != nil {
 				return err
@@ -256,19 +270,19 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, false, mapStoreErr(err)
 	}
 	if len(asgs) == 0 {
-		return nil, nil
+		return nil, revoked, nil
 	}
 	if err := failpoint.Inject("claim.afterCommitBeforeReply"); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for i, asg := range asgs {
 		s.observeClaim(claimed[i])
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
 	}
-	return asgs, nil
+	return asgs, revoked, nil
 }
 
 // errRevoked: the attempt claimed was not handed out (denied at dispatch, or
