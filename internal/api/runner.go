@@ -46,6 +46,20 @@ func (h *Handler) claim(w http.ResponseWriter, r *http.Request, call *authn.Sign
 		writeError(w, h.log, err)
 		return
 	}
+	if req.Max != 0 {
+		// A runner that asks for several attempts gets a list.
+		asgs, err := h.svc.ClaimBatch(r.Context(), call, &req)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		if len(asgs) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, protocol.ClaimBatch{Assignments: asgs})
+		return
+	}
 	asg, err := h.svc.Claim(r.Context(), call, &req)
 	if err != nil {
 		writeError(w, h.log, err)

@@ -207,6 +207,47 @@ func (c *RunnerClient) Claim(ctx context.Context, waitSeconds int, requestID str
 	return &a, nil
 }
 
+// ClaimMany is Claim for up to max attempts (1..protocol.MaxClaimBatch) in
+// one request: it returns between one and max assignments, or none when
+// nothing was eligible. A retry with the same requestID returns those of the
+// lost answer whose leases still live.
+func (c *RunnerClient) ClaimMany(ctx context.Context, waitSeconds, max int, requestID string) ([]*protocol.Assignment, error) {
+	if waitSeconds < 0 || waitSeconds > MaxClaimWait {
+		return nil, fmt.Errorf("claim wait %d s is outside 0..%d", waitSeconds, MaxClaimWait)
+	}
+	if max < 1 || max > protocol.MaxClaimBatch {
+		return nil, fmt.Errorf("claim max %d is outside 1..%d", max, protocol.MaxClaimBatch)
+	}
+	if c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(waitSeconds)*time.Second {
+		return nil, fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", c.HTTP.Timeout, waitSeconds)
+	}
+	// A server that predates max answers one assignment object: it is
+	// taken as a batch of one rather than lost.
+	var b struct {
+		protocol.ClaimBatch
+		protocol.Assignment
+	}
+	status, err := c.do(ctx, nil, protocol.ClaimRequest{WaitSeconds: waitSeconds, RequestID: requestID, Max: max}, &b, "v1", "runner", "claim")
+	if err != nil {
+		return nil, err
+	}
+	if status == http.StatusNoContent {
+		return nil, nil
+	}
+	if b.Assignments == nil && b.AttemptID != "" {
+		return []*protocol.Assignment{&b.Assignment}, nil
+	}
+	if len(b.Assignments) > max {
+		return nil, fmt.Errorf("claim: the server answered %d assignments for max %d", len(b.Assignments), max)
+	}
+	for _, a := range b.Assignments {
+		if a == nil || a.AttemptID == "" {
+			return nil, fmt.Errorf("claim: the server answered an empty assignment")
+		}
+	}
+	return b.Assignments, nil
+}
+
 // Renew extends the attempt's lease; the answer also says whether the run's
 // cancellation was requested.
 func (c *RunnerClient) Renew(ctx context.Context, ref AttemptRef) (*protocol.RenewResponse, error) {

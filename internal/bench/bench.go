@@ -50,6 +50,10 @@ type Config struct {
 	Raw bool
 	// RawBatch is the batched raw loop's rows per statement (default 10).
 	RawBatch int
+	// ClaimMax, above 1, makes the lifecycle phases' runners claim up to
+	// that many attempts per signed claim and work on them at once (see
+	// Env.ClaimMax); 1 (the default) claims one at a time.
+	ClaimMax int
 	// CommitBatch bounds the calls of one group transaction; 1 turns group
 	// commit off (for comparison), 0 is the server's default.
 	CommitBatch int
@@ -84,7 +88,9 @@ type Result struct {
 	Store   string `json:"store"`
 	Runs    int    `json:"runs"`
 	Workers int    `json:"workers"`
-	Clients int    `json:"clients"`
+	// ClaimMax is Config.ClaimMax (1: one attempt per claim).
+	ClaimMax int `json:"claim_max"`
+	Clients  int `json:"clients"`
 	// GoVersion, CPUs and StartedAt describe where and when.
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
@@ -156,8 +162,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, env.Close()) }()
+	env.ClaimMax = cfg.ClaimMax
 	res = &Result{
-		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients,
+		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients, ClaimMax: max(cfg.ClaimMax, 1),
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: clock.Real{}.Now().UTC().Truncate(time.Second),
 	}
 	var commits0 int64
@@ -315,6 +322,9 @@ func ratio(a, b float64) float64 {
 func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
+	if r.ClaimMax > 1 {
+		s += fmt.Sprintf("  claims         up to %d attempts per claim in the lifecycle phases, worked on at once\n", r.ClaimMax)
+	}
 	if i := r.Idle; i != nil {
 		s += fmt.Sprintf("  idle runners   %d registered, %d waiting in a long poll at once\n", i.Runners, i.Waiting)
 		who := "server and runners together"

@@ -68,6 +68,10 @@ type Env struct {
 	Driver string
 	// DSN is the --db value the server opened.
 	DSN string
+	// ClaimMax, above 1, makes the lifecycle's runners claim up to that
+	// many attempts per request ("max") and work on them at once, like a
+	// runner with that much capacity.
+	ClaimMax int
 
 	dir string
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,9 +70,33 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		l := &locals[i]
 		l.claimedAt = map[string]time.Time{}
 		g.Go(func() error {
+			var mu sync.Mutex // guards l when a runner works on several runs at once
+			work := func(asg *protocol.Assignment, claimed time.Time) error {
+				if err := r.finish(gctx, asg, claimed); err != nil {
+					return err
+				}
+				mu.Lock()
+				l.last = clock.Real{}.Now()
+				mu.Unlock()
+				done.Add(1)
+				finished <- struct{}{}
+				if results.Add(1) == int64(n) {
+					stopRunners()
+				}
+				return nil
+			}
 			for wctx.Err() == nil {
 				t0 := clock.Real{}.Now()
-				asg, err := r.Client.Claim(wctx, wait, "")
+				var asgs []*protocol.Assignment
+				var err error
+				if e.ClaimMax > 1 {
+					asgs, err = r.Client.ClaimMany(wctx, wait, e.ClaimMax, "")
+				} else {
+					var asg *protocol.Assignment
+					if asg, err = r.Client.Claim(wctx, wait, ""); asg != nil {
+						asgs = []*protocol.Assignment{asg}
+					}
+				}
 				t1 := clock.Real{}.Now()
 				if err != nil {
 					if wctx.Err() != nil {
@@ -79,19 +104,27 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 					}
 					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
 				}
-				if asg == nil {
+				if len(asgs) == 0 {
 					continue
 				}
 				l.claimLat = append(l.claimLat, t1.Sub(t0))
-				l.claimedAt[asg.RunID] = t1
-				if err := r.finish(gctx, asg, t1); err != nil {
-					return err
+				for _, asg := range asgs {
+					l.claimedAt[asg.RunID] = t1
 				}
-				l.last = clock.Real{}.Now()
-				done.Add(1)
-				finished <- struct{}{}
-				if results.Add(1) == int64(n) {
-					stopRunners()
+				if len(asgs) == 1 {
+					if err := work(asgs[0], t1); err != nil {
+						return err
+					}
+					continue
+				}
+				errs := make([]error, len(asgs))
+				var wg sync.WaitGroup
+				for i, asg := range asgs {
+					wg.Go(func() { errs[i] = work(asg, t1) })
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					return err
 				}
 			}
 			return nil

@@ -9,6 +9,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/jobplane/jobplane/internal/bench"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // BenchCmd measures request and claim+result throughput of no-op runs
@@ -19,6 +20,7 @@ type BenchCmd struct {
 	Workers     int    `default:"8" help:"Runner identities claiming concurrently."`
 	Clients     int    `default:"4" help:"Concurrent clients requesting runs."`
 	Dispatch    int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
+	ClaimMax    int    `name:"claim-max" default:"1" help:"Attempts a runner claims per request in the lifecycle phases (the claim's max); above 1 each runner works on that many at once."`
 	CommitBatch int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
 	Backlog     int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
 	Idle        int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
@@ -38,12 +40,15 @@ func (c *BenchCmd) Run(g *Globals) error {
 	if bench.IsIdleChild() {
 		return bench.IdleChild(g.Ctx, g.Stdin, g.Stdout)
 	}
+	if c.ClaimMax < 1 || c.ClaimMax > protocol.MaxClaimBatch {
+		return fmt.Errorf("--claim-max must be 1..%d", protocol.MaxClaimBatch)
+	}
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
-		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, ClaimMax: c.ClaimMax, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
 	if c.CPUProfile != "" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/authn"
@@ -124,8 +125,28 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 }
 
 // Claim leases the oldest eligible attempt to the runner, waiting up to
-// wait for one to appear. It returns nil when nothing became eligible.
+// wait for one to appear. It returns nil when nothing became eligible. A
+// request that sets max is answered by ClaimBatch.
 func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest) (*protocol.Assignment, error) {
+	asgs, err := s.claim(ctx, call, req, 1)
+	if len(asgs) == 0 {
+		return nil, err
+	}
+	return asgs[0], err
+}
+
+// ClaimBatch is Claim for up to req.Max attempts at once (1..MaxClaimBatch):
+// one signed request, one long poll and one group transaction hand a runner
+// with free capacity several attempts, each with its own lease. It returns
+// as soon as at least one was claimed.
+func (s *Service) ClaimBatch(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest) ([]*protocol.Assignment, error) {
+	if req.Max < 1 || req.Max > protocol.MaxClaimBatch {
+		return nil, fmt.Errorf("max must be 1..%d: %w", protocol.MaxClaimBatch, protocol.ErrBadRequest)
+	}
+	return s.claim(ctx, call, req, req.Max)
+}
+
+func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest, n int) ([]*protocol.Assignment, error) {
 	if req.WaitSeconds < 0 || time.Duration(req.WaitSeconds)*time.Second > MaxClaimWait {
 		return nil, fmt.Errorf("wait_seconds must be 0..30: %w", protocol.ErrBadRequest)
 	}
@@ -137,7 +158,7 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 		return nil, err
 	}
 	if req.RequestID != "" {
-		if a, err := s.reclaim(ctx, call, req.RequestID); a != nil || err != nil {
+		if a, err := s.reclaim(ctx, call, req.RequestID, n); len(a) > 0 || err != nil {
 			return a, err
 		}
 	}
@@ -151,18 +172,18 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	for {
 		wake := s.store.Wake()
 		s.lines.setTrying(w, true)
-		a, err := s.claimOnce(ctx, call, req.RequestID, inst != nil)
+		a, err := s.claimOnce(ctx, call, req.RequestID, n, inst != nil)
 		s.lines.setTrying(w, false)
-		if a == nil && ctx.Err() != nil {
+		if len(a) == 0 && ctx.Err() != nil {
 			// The caller left while its claim waited for a group
 			// transaction: nothing was claimed for it.
 			return nil, nil
 		}
-		if a != nil {
+		if len(a) > 0 {
 			// There may be more: let the next in line look too (dispatch.go).
 			s.lines.pokeNext(scope, 2)
 		}
-		if a != nil || err != nil || req.WaitSeconds == 0 {
+		if len(a) > 0 || err != nil || req.WaitSeconds == 0 {
 			return a, err
 		}
 		var tickC <-chan time.Time
@@ -194,148 +215,219 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	}
 }
 
-func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string, github bool) (*protocol.Assignment, error) {
-	// A claimed attempt whose permission was revoked since the request ends
-	// its run denied; then the next eligible attempt is tried.
+// slotRequestID is the claim request ID recorded on the i-th attempt of a
+// claim: the request's own for the first, so that a claim of one is what it
+// always was, and a suffixed one for the others, so that a repeated batch
+// finds them all (reclaim).
+func slotRequestID(requestID string, i int) string {
+	if requestID == "" || i == 0 {
+		return requestID
+	}
+	return requestID + "#" + strconv.Itoa(i)
+}
+
+// claimOnce claims up to n attempts. A claimed attempt whose permission
+// was revoked since the request ends its run denied (recheck), one whose
+// lease keys are held waits for them (acquireKeys); that is committed
+// first, with what was claimed before it, and when that was nothing the
+// next eligible attempt is tried in a new transaction — so that the locks
+// taken for the refused attempt are not held while claiming the next.
+func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string, n int, github bool) ([]*protocol.Assignment, error) {
 	for {
-		asg, revoked, err := s.claimTx(ctx, call, requestID, github)
-		if err != nil || !revoked {
-			return asg, err
+		asgs, revoked, err := s.claimTx(ctx, call, requestID, n, github)
+		if err != nil || !revoked || len(asgs) > 0 {
+			return asgs, err
 		}
 	}
 }
 
-// github says the runner's tenant is a GitHub installation's: its status
-// is read again inside the claim transaction, so that a claim long-polling
-// across a suspension (or a deletion) hands out nothing of that tenant.
-func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, github bool) (asg *protocol.Assignment, revoked bool, err error) {
-	token := id.Secret(32)
-	var claimed *store.Attempt
-	err = s.commits.do(ctx, func(tx store.Tx) error {
-		asg, revoked = nil, false
-		a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
-			Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
-			RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
-			ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
-		})
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if github {
-			// Only after an attempt was found: an idle long-poll costs
-			// nothing more. The refusal rolls the claim back.
-			if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
+// claimTx claims up to n attempts in one group transaction, stopping at the
+// first that is not handed out (revoked). github says the runner's tenant
+// is a GitHub installation's: its status is read again inside the claim
+// transaction, so that a claim long-polling across a suspension (or a
+// deletion) hands out nothing of that tenant.
+func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, n int, github bool) ([]*protocol.Assignment, bool, error) {
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = id.Secret(32)
+	}
+	var asgs []*protocol.Assignment
+	var claimed []*store.Attempt
+	revoked := false
+	err := s.commits.do(ctx, func(tx store.Tx) error {
+		asgs, claimed, revoked = asgs[:0], claimed[:0], false
+		for len(asgs) < n {
+			slot := len(asgs)
+			asg, a, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), github)
+			if errors.Is(err, errRevoked) {
+				revoked = true
+				break
+			}
+			if err != nil {
 				return err
 			}
+			if asg == nil {
+				break
+			}
+			asgs, claimed = append(asgs, asg), append(claimed, a)
 		}
-		r, err := tx.RunGetByID(ctx, a.RunID, true)
-		if err != nil {
-			return err
-		}
-		ok, err := s.recheck(ctx, tx, r, a)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			revoked = true
+		if len(asgs) == 0 {
 			return nil
 		}
-		held, blocked, err := s.acquireKeys(ctx, tx, r, a)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			revoked = true // try the next eligible attempt
-			return nil
-		}
-		if r.State == store.RunQueued {
-			r.State = store.RunRunning
-			r.UpdatedAt = *a.ClaimedAt
-		}
-		if err := tx.RunUpdate(ctx, r); err != nil {
-			return err
-		}
-		if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
-			return err
-		}
-		if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
-			return err
-		}
-		asg, err = s.assignment(r, a, token)
-		if err != nil {
-			return err
-		}
-		asg.Leases = fencedKeys(held)
-		claimed = a
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
 		return nil, false, mapStoreErr(err)
 	}
+	if len(asgs) == 0 {
+		return nil, revoked, nil
+	}
 	if err := failpoint.Inject("claim.afterCommitBeforeReply"); err != nil {
 		return nil, false, err
 	}
-	if asg != nil {
-		s.observeClaim(claimed)
+	for i, asg := range asgs {
+		s.observeClaim(claimed[i])
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
 	}
-	return asg, revoked, nil
+	return asgs, revoked, nil
 }
 
-// reclaim answers a repeated claim request: while the lease it produced is
-// alive, the runner gets the same attempt again. The lease token is rotated
-// because only its digest is stored; the lost answer's token was never seen.
-func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
-	token := id.Secret(32)
-	var asg *protocol.Assignment
+// errRevoked: the attempt claimed was not handed out (denied at dispatch, or
+// blocked on a lease key); its new state is part of the transaction.
+var errRevoked = errors.New("claimed attempt not handed out")
+
+// claimIn claims one attempt in tx: nil when none is eligible.
+func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*protocol.Assignment, *store.Attempt, error) {
+	a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
+		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
+		RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
+		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if github {
+		// Only after an attempt was found: an idle long-poll costs
+		// nothing more. The refusal rolls the claim back.
+		if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
+			return nil, nil, err
+		}
+	}
+	r, err := tx.RunGetByID(ctx, a.RunID, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	ok, err := s.recheck(ctx, tx, r, a)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		return nil, nil, errRevoked
+	}
+	held, blocked, err := s.acquireKeys(ctx, tx, r, a)
+	if err != nil {
+		return nil, nil, err
+	}
+	if blocked {
+		return nil, nil, errRevoked // try the next eligible attempt
+	}
+	if r.State == store.RunQueued {
+		r.State = store.RunRunning
+		r.UpdatedAt = *a.ClaimedAt
+	}
+	if err := tx.RunUpdate(ctx, r); err != nil {
+		return nil, nil, err
+	}
+	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
+		return nil, nil, err
+	}
+	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
+		return nil, nil, err
+	}
+	asg, err := s.assignment(r, a, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	asg.Leases = fencedKeys(held)
+	return asg, a, nil
+}
+
+// reclaim answers a repeated claim request: while the leases it produced are
+// alive, the runner gets the same attempts again. The lease tokens are
+// rotated because only their digests are stored; the lost answer's tokens
+// were never seen. The attempts of a batch are claimed in slot order, so
+// when the first slot's request ID is unknown nothing was claimed.
+func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
+	var asgs []*protocol.Assignment
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		a, err := tx.AttemptGetByClaimRequest(ctx, call.Runner.ID, requestID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		a, err = tx.AttemptGetByID(ctx, a.ID, true)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx, s.clock.NowOrNil())
-		if err != nil {
-			return err
-		}
-		if a.State != store.AttemptLeased || a.RunnerID != call.Runner.ID || !now.Before(*a.LeaseExpiresAt) {
-			return nil
-		}
-		a.LeaseDigest = protocol.SHA256Hex([]byte(token))
-		if err := tx.AttemptUpdate(ctx, a); err != nil {
-			return err
-		}
-		r, err := tx.RunGetByID(ctx, a.RunID, false)
-		if err != nil {
-			return err
-		}
-		asg, err = s.assignment(r, a, token)
-		if err != nil {
-			return err
-		}
-		holds, err := tx.LeaseList(ctx, r.Tenant, "")
-		if err != nil {
-			return err
-		}
-		var mine []store.LeaseHold
-		for _, h := range holds {
-			if h.AttemptID == a.ID {
-				mine = append(mine, h)
+		asgs = nil
+		for i := range n {
+			asg, err := s.reclaimIn(ctx, tx, call, slotRequestID(requestID, i))
+			if errors.Is(err, store.ErrNotFound) {
+				if i == 0 {
+					return nil
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if asg != nil {
+				asgs = append(asgs, asg)
 			}
 		}
-		asg.Leases = fencedKeys(mine)
 		return nil
 	})
-	return asg, mapStoreErr(err)
+	return asgs, mapStoreErr(err)
+}
+
+// reclaimIn hands out again the attempt claimed under requestID, if its
+// lease lives: store.ErrNotFound when there is no such attempt, nil when
+// its lease ended.
+func (s *Service) reclaimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+	token := id.Secret(32)
+	a, err := tx.AttemptGetByClaimRequest(ctx, call.Runner.ID, requestID)
+	if err != nil {
+		return nil, err
+	}
+	a, err = tx.AttemptGetByID(ctx, a.ID, true)
+	if err != nil {
+		return nil, err
+	}
+	now, err := tx.Now(ctx, s.clock.NowOrNil())
+	if err != nil {
+		return nil, err
+	}
+	if a.State != store.AttemptLeased || a.RunnerID != call.Runner.ID || !now.Before(*a.LeaseExpiresAt) {
+		return nil, nil
+	}
+	a.LeaseDigest = protocol.SHA256Hex([]byte(token))
+	if err := tx.AttemptUpdate(ctx, a); err != nil {
+		return nil, err
+	}
+	r, err := tx.RunGetByID(ctx, a.RunID, false)
+	if err != nil {
+		return nil, err
+	}
+	asg, err := s.assignment(r, a, token)
+	if err != nil {
+		return nil, err
+	}
+	holds, err := tx.LeaseList(ctx, r.Tenant, "")
+	if err != nil {
+		return nil, err
+	}
+	var mine []store.LeaseHold
+	for _, h := range holds {
+		if h.AttemptID == a.ID {
+			mine = append(mine, h)
+		}
+	}
+	asg.Leases = fencedKeys(mine)
+	return asg, nil
 }
 
 func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*protocol.Assignment, error) {
@@ -384,6 +476,13 @@ var errEnded = errors.New("attempt ended")
 // anything that is not this runner's live lease. On an attempt that already
 // ended it returns the attempt and errEnded.
 func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.SignedCall) (*store.Attempt, *store.Run, time.Time, error) {
+	return s.checkAttemptRun(ctx, tx, call, true)
+}
+
+// checkAttemptRun is checkAttempt; without withRun, a live attempt's run is
+// neither read nor locked (nil), for calls that only touch the attempt (a
+// log chunk).
+func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.SignedCall, withRun bool) (*store.Attempt, *store.Run, time.Time, error) {
 	var zero time.Time
 	if call.Run == "" || call.Attempt == "" || call.Lease == "" {
 		return nil, nil, zero, fmt.Errorf("the request names no attempt (Jobplane-Run, Jobplane-Attempt and Jobplane-Lease are required): %w", protocol.ErrAttemptStale)
@@ -420,6 +519,9 @@ func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.Sig
 		return a, r, now, errEnded
 	default:
 		return nil, nil, zero, stale
+	}
+	if !withRun {
+		return a, nil, now, nil
 	}
 	r, err := tx.RunGetByID(ctx, a.RunID, true)
 	if err != nil {
@@ -473,7 +575,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
 	}
 	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
-		a, _, now, err := s.checkAttempt(ctx, tx, call)
+		a, _, now, err := s.checkAttemptRun(ctx, tx, call, false)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
 		}

@@ -129,6 +129,8 @@ type Source struct {
 	byCommit   map[string]*parsed
 	lastGood   map[key]*Snapshot
 	rejections map[key][]Rejection
+
+	heads *headCache
 }
 
 // Open returns a Source serving opts.Channels from repo. A local path or a
@@ -171,6 +173,7 @@ func Open(repo string, opts Options) (*Source, error) {
 		if _, err := openRepo(s.path); err != nil {
 			return nil, fmt.Errorf("open definitions repository %s: %w", repo, err)
 		}
+		s.heads = newHeadCache(s.path)
 		return s, nil
 	}
 	if opts.MirrorDir == "" {
@@ -180,6 +183,7 @@ func Open(repo string, opts Options) (*Source, error) {
 	if err := s.initMirror(opts.MirrorDir); err != nil {
 		return nil, fmt.Errorf("open definitions repository %s: %w", redact(repo), err)
 	}
+	s.heads = newHeadCache(s.path)
 	return s, nil
 }
 
@@ -324,8 +328,9 @@ func validBranch(b string) bool {
 
 // Resolve returns the catalog a channel serves now; ref names the branch of
 // a pattern channel (and may name a fixed channel's own branch). The branch
-// is re-read on every call, so a new commit takes effect immediately (for a
-// mirror: after the Sync that fetched it); parsing happens once per commit.
+// is re-read whenever its ref files changed, so a new commit takes effect
+// immediately (for a mirror: after the Sync that fetched it); parsing happens
+// once per commit.
 // If the head does not validate, the rejection is recorded and the last good
 // snapshot of the channel's branch is returned with Head set to the bad head;
 // if none is known, the branch's history is searched for one, and if there
@@ -335,22 +340,44 @@ func (s *Source) Resolve(channel, ref string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	repo, err := openRepo(s.path)
-	if err != nil {
-		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
-	}
-	r, err := repo.Reference(plumbing.NewBranchReferenceName(branch), true)
-	if err != nil {
-		if errors.Is(err, plumbing.ErrReferenceNotFound) {
-			return nil, fmt.Errorf("resolve channel %s: %s: %w", channel, branch, ErrBranchNotFound)
+	// headcache.go: the head read last time, while its ref files are
+	// unchanged; then the commit is parsed already.
+	st, cacheable := s.heads.stamp(branch)
+	var hash plumbing.Hash
+	var p *parsed
+	if cacheable {
+		if h, ok := s.heads.get(branch, st); ok {
+			s.mu.Lock()
+			p = s.byCommit[h.String()]
+			s.mu.Unlock()
+			hash = h
 		}
-		return nil, fmt.Errorf("resolve channel %s: read branch %s: %w", channel, branch, err)
 	}
-	head := r.Hash().String()
-	p, err := s.parse(repo, r.Hash())
-	if err != nil {
-		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
+	var repo *git.Repository
+	if p == nil {
+		repo, err = openRepo(s.path)
+		if err != nil {
+			return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
+		}
+		name := plumbing.NewBranchReferenceName(branch)
+		r, err := repo.Reference(name, true)
+		if err != nil {
+			if errors.Is(err, plumbing.ErrReferenceNotFound) {
+				return nil, fmt.Errorf("resolve channel %s: %s: %w", channel, branch, ErrBranchNotFound)
+			}
+			return nil, fmt.Errorf("resolve channel %s: read branch %s: %w", channel, branch, err)
+		}
+		hash = r.Hash()
+		if p, err = s.parse(repo, hash); err != nil {
+			return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
+		}
+		// A symbolic branch follows another ref, whose file the stamp
+		// does not cover.
+		if cacheable && r.Name() == name {
+			s.heads.put(branch, st, hash)
+		}
 	}
+	head := hash.String()
 	k := key{channel, branch}
 	if p.cat != nil {
 		snap := s.snapshot(k, head, head, p)
@@ -371,6 +398,12 @@ func (s *Source) Resolve(channel, ref string) (*Snapshot, error) {
 	}
 	// No good commit known for this branch: the newest good ancestor is the
 	// active commit, as if this process had seen every push.
+	if repo == nil {
+		var err error
+		if repo, err = openRepo(s.path); err != nil {
+			return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
+		}
+	}
 	if hash, gp, err := s.goodAncestor(repo, p); err != nil {
 		return nil, fmt.Errorf("resolve channel %s: %w", channel, err)
 	} else if gp != nil {

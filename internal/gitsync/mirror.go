@@ -94,6 +94,9 @@ func (s *Source) Sync(ctx context.Context) error {
 		return fmt.Errorf("sync %s: %w", redact(s.url), err)
 	}
 	err = repo.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", RefSpecs: []config.RefSpec{fetchSpec}, Prune: true, Force: true, Tags: git.NoTags})
+	// The fetch rewrote the ref files, which changes their stamps anyway;
+	// forgetting costs one read per branch and depends on nothing.
+	s.heads.forget()
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("sync %s: %w", redact(s.url), err)
 	}

@@ -41,6 +41,19 @@ type HeartbeatResponse struct {
 type ClaimRequest struct {
 	WaitSeconds int    `json:"wait_seconds"`
 	RequestID   string `json:"request_id,omitempty"`
+	// Max asks for up to this many attempts in one claim (1..MaxClaimBatch),
+	// answered with a ClaimBatch. Absent (0): one attempt, answered with an
+	// Assignment, as for runners that predate it.
+	Max int `json:"max,omitempty"`
+}
+
+// MaxClaimBatch bounds a claim's max.
+const MaxClaimBatch = 32
+
+// ClaimBatch answers a claim that set max: between 1 and max assignments
+// (a claim that gets none is answered 204, as always).
+type ClaimBatch struct {
+	Assignments []*Assignment `json:"assignments"`
 }
 
 // Assignment is the answer to a successful claim.

@@ -12,9 +12,11 @@
 //
 // # Claims
 //
-// Concurrency slots each long-poll the claim endpoint. A claim whose answer
+// A worker with one slot long-polls the claim endpoint for one attempt at a
+// time. A worker with several asks, in one long poll, for as many attempts as
+// slots are free (the claim's "max") and runs each in a slot. A claim whose answer
 // was lost (transport error, 5xx, 503 retry) is repeated with the same
-// request_id, so the server hands back the assignment it already leased
+// request_id, so the server hands back the assignments it already leased
 // instead of leaking it; a new claim gets a new request_id. An unreachable
 // server is retried with capped exponential backoff and jitter, so the worker
 // survives server restarts.

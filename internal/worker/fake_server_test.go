@@ -30,6 +30,8 @@ type fakeServer struct {
 	heartbeats    int
 	queue         []*protocol.Assignment
 	byRequest     map[string]*protocol.Assignment
+	byBatch       map[string][]*protocol.Assignment
+	claimMaxes    []int                           // max of each claim (0: one-attempt form)
 	leased        map[string]*protocol.Assignment // attempt ID → assignment
 	claimRequests []string
 	// loseClaimAnswers answers this many successful claims with 503 after
@@ -157,6 +159,11 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.claimRequests = append(s.claimRequests, req.RequestID)
+		s.claimMaxes = append(s.claimMaxes, req.Max)
+		if req.Max > 0 {
+			s.claimBatch(w, req)
+			return
+		}
 		a := s.byRequest[req.RequestID]
 		if a == nil && len(s.queue) > 0 {
 			a, s.queue = s.queue[0], s.queue[1:]
@@ -258,4 +265,39 @@ func (s *fakeServer) waitFor(t *testing.T, what string, within time.Duration, co
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// claimBatch answers a claim with max; s.mu is held.
+func (s *fakeServer) claimBatch(w http.ResponseWriter, req protocol.ClaimRequest) {
+	if req.Max > protocol.MaxClaimBatch {
+		problem(w, 400, protocol.CodeBadRequest)
+		return
+	}
+	got := s.byBatch[req.RequestID]
+	for got == nil && len(s.queue) > 0 && len(got) < req.Max {
+		var a *protocol.Assignment
+		a, s.queue = s.queue[0], s.queue[1:]
+		a.Lease.Token = id.Secret(24)
+		s.leased[a.AttemptID] = a
+		got = append(got, a)
+	}
+	if len(got) == 0 {
+		s.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		s.mu.Lock()
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if req.RequestID != "" {
+		if s.byBatch == nil {
+			s.byBatch = map[string][]*protocol.Assignment{}
+		}
+		s.byBatch[req.RequestID] = got
+	}
+	if s.loseClaimAnswers > 0 {
+		s.loseClaimAnswers--
+		problem(w, 503, protocol.CodeRetry)
+		return
+	}
+	reply(w, 200, protocol.ClaimBatch{Assignments: got})
 }

@@ -69,8 +69,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker: started", "runner_id", w.rc.RunnerID, "pool", w.cfg.Pool, "concurrency", w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.heartbeatLoop(ctx) })
-	for slot := range w.cfg.Concurrency {
-		wg.Go(func() { w.claimLoop(ctx, slot) })
+	if w.cfg.Concurrency == 1 {
+		wg.Go(func() { w.claimLoop(ctx, 0) })
+	} else {
+		wg.Go(func() { w.claimBatchLoop(ctx, &wg) })
 	}
 	wg.Wait()
 	w.log.Info("worker: stopped")
@@ -178,5 +180,76 @@ func (w *Worker) claimLoop(ctx context.Context, slot int) {
 		// The lease may have been granted as early as the first send of this
 		// request_id, so the trust window starts there.
 		w.runAttempt(ctx, asg, firstSent)
+	}
+}
+
+// claimBatchLoop serves a worker with several slots: one signed long poll
+// asks for as many attempts as slots are free ("max"), and each assignment
+// runs in a slot of its own. A claim whose answer was lost is repeated with
+// the same request_id and the same max, so the server hands back what it
+// leased; the slots stay reserved until it answers.
+func (w *Worker) claimBatchLoop(ctx context.Context, wg *sync.WaitGroup) {
+	free := make(chan struct{}, w.cfg.Concurrency) // one token per free slot
+	for range w.cfg.Concurrency {
+		free <- struct{}{}
+	}
+	release := func(n int) {
+		for range n {
+			free <- struct{}{}
+		}
+	}
+	var (
+		requestID string
+		firstSent time.Time
+		failures  int
+		n         int // slots reserved for the claim in flight
+	)
+	for ctx.Err() == nil {
+		if requestID == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-free:
+			}
+			n = 1
+		take:
+			for n < min(w.cfg.Concurrency, protocol.MaxClaimBatch) {
+				select {
+				case <-free:
+					n++
+				default:
+					break take
+				}
+			}
+			requestID = id.Secret(16)
+			firstSent = w.clk.Now()
+		}
+		asgs, err := w.rc.ClaimMany(ctx, w.cfg.WaitSeconds, n, requestID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if apiclient.Retryable(err) {
+				w.log.Warn("worker: claim failed, retrying", "error", err, "failures", failures+1)
+			} else {
+				w.log.Error("worker: claim refused", "error", err)
+				requestID = ""
+				release(n)
+			}
+			if !w.sleep(ctx, w.backoff(failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures, requestID = 0, ""
+		release(n - len(asgs))
+		for _, asg := range asgs {
+			sent := firstSent
+			wg.Go(func() {
+				defer release(1)
+				w.runAttempt(ctx, asg, sent)
+			})
+		}
 	}
 }

@@ -438,3 +438,40 @@ func TestServerDownAtStart(t *testing.T) {
 }
 
 var _ http.Handler = (*fakeServer)(nil)
+
+// A worker with several slots asks for as many attempts as slots are free in
+// one claim, runs them at once, and repeats a claim whose answer was lost
+// with the same request_id and max.
+func TestSlotsClaimInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.srv.loseClaimAnswers = 1
+	var as []*protocol.Assignment
+	for i := range 3 {
+		a := assignment(b.out, "sh", "-c", `touch "$OUT/started-`+strconv.Itoa(i)+`"; while [ $(ls "$OUT" | grep -c started-) -lt 3 ]; do sleep 0.05; done`)
+		as = append(as, a)
+		b.srv.enqueue(a)
+	}
+	cfg := testConfig(t, b.ts.URL, b.dir, b.clk)
+	cfg.Concurrency = 3
+	b.cancel, b.done = startWorker(t, cfg)
+	// Each job waits until all three started: they only finish if they ran
+	// at once.
+	b.srv.waitFor(t, "results", 20*time.Second, func() bool {
+		for _, a := range as {
+			if len(b.srv.results[a.AttemptID]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	b.srv.mu.Lock()
+	defer b.srv.mu.Unlock()
+	require.Equal(t, 3, b.srv.claimMaxes[0], "all slots free: one claim asks for three")
+	require.Equal(t, b.srv.claimRequests[0], b.srv.claimRequests[1], "a lost answer is asked again with the same request_id")
+	require.Equal(t, 3, b.srv.claimMaxes[1], "and the same max")
+	for _, a := range as {
+		require.Len(t, b.srv.results[a.AttemptID], 1)
+		require.Equal(t, "succeeded", b.srv.results[a.AttemptID][0].Outcome)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -41,6 +42,11 @@ type Store struct {
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 
+	// instance is the NOTIFY payload of this process's wake-ups: the
+	// process wakes its own claimers right after its commit, and the
+	// listener ignores the echo (see WakeClaimers).
+	instance string
+
 	commits atomic.Int64
 }
 
@@ -62,7 +68,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{})}
+	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{}), instance: id.Secret(16)}
 	s.queries = queries{db: &scopedDB{db: pool}, s: s}
 	fail := func(err error) (*Store, error) {
 		pool.Close()
@@ -173,10 +179,13 @@ func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn)
 	for {
 		if conn != nil {
 			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
+				n, err := conn.WaitForNotification(ctx)
+				if err != nil {
 					break
 				}
-				s.broadcast()
+				if n.Payload != s.instance {
+					s.broadcast()
+				}
 			}
 			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = conn.Close(closeCtx)
@@ -232,7 +241,8 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
 	}
-	if err := fn(&queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s}); err != nil {
+	q := &queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s}
+	if err := fn(q); err != nil {
 		_ = tx.Rollback(ctx)
 		return err
 	}
@@ -243,10 +253,16 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 			// The server answered: the transaction did not commit.
 			return interpretError(err)
 		default:
+			if q.woke {
+				s.broadcast() // it may have committed: a spurious wake is harmless
+			}
 			return fmt.Errorf("%w: %w", store.ErrCommitUnknown, err)
 		}
 	}
 	s.commits.Add(1)
+	if q.woke {
+		s.broadcast()
+	}
 	return nil
 }
 
