@@ -572,7 +572,7 @@ func (q *queries) TenantGetByID(ctx context.Context, tenantID string) (*store.Te
 // is enough (PostgreSQL folds identical ones anyway), so a transaction
 // sends it once.
 func (q *queries) WakeClaimers(ctx context.Context) error {
-	if _, inTx := q.db.(pgx.Tx); !inTx {
+	if !q.inTx() {
 		_, err := q.db.Exec(ctx, `SELECT pg_notify($1, $2)`, q.s.channel, q.s.instance)
 		if err == nil {
 			q.s.broadcast()

@@ -67,6 +67,16 @@ type scopedDB struct {
 	cur  store.Scope // in a transaction: the scope declared last
 }
 
+// inTx reports whether q runs in a transaction (its statements commit with
+// it, so a wake-up waits for the commit).
+func (q *queries) inTx() bool {
+	if d, ok := q.db.(*scopedDB); ok {
+		return d.inTx
+	}
+	_, ok := q.db.(pgx.Tx)
+	return ok
+}
+
 // declare reports the scope to declare before a statement with ctx, if any.
 func (d *scopedDB) declare(ctx context.Context) (store.Scope, bool) {
 	sc := store.ScopeOf(ctx)
