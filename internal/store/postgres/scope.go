@@ -90,17 +90,28 @@ func (d *scopedDB) declare(ctx context.Context) (store.Scope, bool) {
 	return sc, !sc.IsZero()
 }
 
-func (d *scopedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	sc, ok := d.declare(ctx)
-	if !ok {
-		return d.db.Exec(ctx, sql, args...)
-	}
+// sendScoped sends the scope declaration and the statement as one batch
+// (one round trip) and reads the declaration's result; the caller reads the
+// statement's and closes the batch.
+func (d *scopedDB) sendScoped(ctx context.Context, sc store.Scope, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
 	b.Queue(setScopeSQL(sc))
 	b.Queue(sql, args...)
 	br := d.db.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+func (d *scopedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	sc, ok := d.declare(ctx)
+	if !ok {
+		return d.db.Exec(ctx, sql, args...)
+	}
+	br, err := d.sendScoped(ctx, sc, sql, args)
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := br.Exec()
@@ -112,12 +123,8 @@ func (d *scopedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	if !ok {
 		return d.db.Query(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(setScopeSQL(sc))
-	b.Queue(sql, args...)
-	br := d.db.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	br, err := d.sendScoped(ctx, sc, sql, args)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()
@@ -133,12 +140,8 @@ func (d *scopedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	if !ok {
 		return d.db.QueryRow(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(setScopeSQL(sc))
-	b.Queue(sql, args...)
-	br := d.db.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	br, err := d.sendScoped(ctx, sc, sql, args)
+	if err != nil {
 		return &batchRow{err: err}
 	}
 	rows, err := br.Query()
