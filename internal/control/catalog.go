@@ -433,28 +433,9 @@ func (s *Service) ShowJob(ctx context.Context, actor Actor, channel, ref, name s
 	if !ok {
 		return nil, fmt.Errorf("no job %q in channel %s at %s: %w", name, channel, short(cat.Commit()), protocol.ErrUnknownJob)
 	}
-	params, err := cat.ValidateParams(name, json.RawMessage(`{}`))
-	if err != nil {
-		params = json.RawMessage(`{}`)
-	}
-	branch := cat.Branch()
-	source, _ := json.Marshal(map[string]string{"kind": "api", "ref": branch, "commit": cat.Commit()})
-	now := s.clock.Now()
-	out := &JobView{Channel: channel, Branch: branch, Commit: cat.Commit(), JobInfo: info, MayRun: []PrincipalAccess{}}
-	for _, p := range cat.Principals() {
-		kind := "user"
-		if pr, err := s.store.PrincipalGetByName(ctx, actor.TenantID, p); err == nil {
-			kind = pr.Kind
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return nil, mapStoreErr(err)
-		}
-		d := cat.Decide(DecisionRequest{Job: name, Channel: channel, Actor: p, ActorKind: kind, Params: params,
-			Ref: Ref{Branch: branch, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now})
-		if d.Allowed {
-			out.MayRun = append(out.MayRun, PrincipalAccess{Principal: p, Rule: d.Rule, Approval: d.Approval})
-		}
-	}
-	return out, nil
+	out := &JobView{Channel: channel, Branch: cat.Branch(), Commit: cat.Commit(), JobInfo: info}
+	out.MayRun, err = s.mayRun(ctx, actor, cat, channel, name)
+	return out, err
 }
 
 // installationOf is the GitHub installation of the caller's tenant, or nil.
