@@ -73,8 +73,12 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		e := newEnv(t, func(dir string) []job {
 			// The first attempt to start takes the "first" marker and hangs;
 			// any later attempt finishes at once.
-			script := fmt.Sprintf(`echo $$ >> %[1]s/pids; echo "$JOBPLANE_ATTEMPT_ID $$" >> %[1]s/effects; `+
-				`if mkdir %[1]s/first 2>/dev/null; then echo "first attempt, hanging"; sleep 30; fi; echo "finished $JOBPLANE_ATTEMPT_ID"`, dir)
+			// The marker is taken before the effect is written: the test
+			// kills the job once it sees the effect, and a kill between the
+			// two would leave the marker for attempt 2 to take and hang on.
+			script := fmt.Sprintf(`echo $$ >> %[1]s/pids; first=; if mkdir %[1]s/first 2>/dev/null; then first=1; fi; `+
+				`echo "$JOBPLANE_ATTEMPT_ID $$" >> %[1]s/effects; `+
+				`if [ -n "$first" ]; then echo "first attempt, hanging"; sleep 30; fi; echo "finished $JOBPLANE_ATTEMPT_ID"`, dir)
 			// lease_ttl 3s, not the 2 s minimum: at 2 s the worker's own
 			// watchdog stops healthy jobs (see TestMinimumLeaseTTL).
 			return []job{{name: "crashy", script: script, leaseTTL: "3s", maxAttempts: 2, backoff: "1s"}}

@@ -78,8 +78,10 @@ func TestLeaseWorkerKilledWhileHolding(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newLeaseEnv(t, func(dir string) []job {
-			script := fmt.Sprintf(`echo $$ >> %[1]s/pids; echo "$JOBPLANE_RUN_ID $$ $JOBPLANE_FENCING_TOKENS" >> %[1]s/effects; `+
-				`if mkdir %[1]s/first 2>/dev/null; then sleep 60; fi`, dir)
+			// The marker before the effect, as in TestWorkerKilledMidRun.
+			script := fmt.Sprintf(`echo $$ >> %[1]s/pids; first=; if mkdir %[1]s/first 2>/dev/null; then first=1; fi; `+
+				`echo "$JOBPLANE_RUN_ID $$ $JOBPLANE_FENCING_TOKENS" >> %[1]s/effects; `+
+				`if [ -n "$first" ]; then sleep 60; fi`, dir)
 			// 3 s rather than the 2 s minimum: at 2 s the worker's watchdog
 			// may stop healthy jobs (see TestMinimumLeaseTTL).
 			return []job{{name: "locked", script: script, leaseTTL: "3s"}}
