@@ -63,6 +63,9 @@ type Config struct {
 	// second with the phase name and its progress, and once at each
 	// phase's end.
 	Progress func(phase string, done, total int)
+	// PhaseHook, when set, is called as each phase starts and ends (for a
+	// profile of one phase).
+	PhaseHook func(phase string, start bool)
 }
 
 func (c *Config) defaults() {
@@ -200,7 +203,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 
 	var done atomic.Int64
-	stop := progress(cfg.Progress, "request", cfg.Runs, &done)
+	stop := cfg.phase("request", cfg.Runs, &done)
 	cpu0 := processCPU()
 	req, err := env.RequestRuns(ctx, cfg.Runs, cfg.Clients, &done)
 	req.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
@@ -211,7 +214,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Request, res.RequestLatency = req.Phase, req.Latency
 
 	done.Store(0)
-	stop = progress(cfg.Progress, "claim+result", cfg.Runs, &done)
+	stop = cfg.phase("claim+result", cfg.Runs, &done)
 	cpu0 = processCPU()
 	dr, err := env.Drain(ctx, runners, req.CreatedAt, &done)
 	stop()
@@ -225,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.RequestToClaimed, res.EmptyClaims = dr.RequestToClaimed, dr.EmptyClaims
 
 	done.Store(0)
-	stop = progress(cfg.Progress, "lifecycle", cfg.Runs, &done)
+	stop = cfg.phase("lifecycle", cfg.Runs, &done)
 	cpu0 = processCPU()
 	lc, err := env.RunLifecycle(ctx, runners, cfg.Runs, cfg.Clients, false, &done)
 	stop()
@@ -238,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Lifecycle, res.LifecycleClaimLatency, res.LifecycleRequestToClaimed = lc.Phase, lc.ClaimLatency, lc.RequestToClaimed
 
 	done.Store(0)
-	stop = progress(cfg.Progress, "dispatch", cfg.Dispatch, &done)
+	stop = cfg.phase("dispatch", cfg.Dispatch, &done)
 	dl, err := env.RunLifecycle(ctx, runners, cfg.Dispatch, 1, true, &done)
 	stop()
 	if err != nil {
@@ -284,6 +287,20 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}
 	return res, nil
+}
+
+// phase reports a phase's progress and brackets it with PhaseHook.
+func (cfg *Config) phase(name string, total int, done *atomic.Int64) (stop func()) {
+	if cfg.PhaseHook != nil {
+		cfg.PhaseHook(name, true)
+	}
+	stopProgress := progress(cfg.Progress, name, total, done)
+	return func() {
+		stopProgress()
+		if cfg.PhaseHook != nil {
+			cfg.PhaseHook(name, false)
+		}
+	}
 }
 
 // progress calls fn every 200 ms with done's value until the returned stop

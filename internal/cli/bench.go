@@ -32,6 +32,9 @@ type BenchCmd struct {
 	// CPUProfile profiles the whole process: server, clients and runners
 	// share it, as they share the machine.
 	CPUProfile string `name:"cpuprofile" help:"Write a CPU profile of the whole benchmark (server and callers) to this file." placeholder:"FILE"`
+	// ProfilePhase narrows the profile to one phase, whose cost would
+	// otherwise be mixed with the others' (the raw loops above all).
+	ProfilePhase string `name:"profile-phase" enum:",request,claim+result,lifecycle,dispatch" default:"" help:"With --cpuprofile: profile only this phase (request, claim+result, lifecycle or dispatch)."`
 }
 
 // Run performs the measurement. It fails (exit 1) when any run did not
@@ -57,10 +60,30 @@ func (c *BenchCmd) Run(g *Globals) error {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		if c.ProfilePhase == "" {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		} else {
+			var profErr error
+			cfg.PhaseHook = func(phase string, start bool) {
+				switch {
+				case phase != c.ProfilePhase:
+				case start:
+					profErr = pprof.StartCPUProfile(f)
+				case profErr == nil:
+					pprof.StopCPUProfile()
+				}
+			}
+			defer func() {
+				if profErr != nil {
+					fmt.Fprintf(g.Stderr, "jobplane bench: cpu profile: %v\n", profErr)
+				}
+			}()
 		}
-		defer pprof.StopCPUProfile()
+	} else if c.ProfilePhase != "" {
+		return errors.New("--profile-phase needs --cpuprofile")
 	}
 	if c.IdleProcs > 0 {
 		exe, err := os.Executable()
