@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -86,14 +87,35 @@ func (q *queries) AuditHorizonReached(context.Context, store.AuditMark) (bool, e
 	return true, nil
 }
 
+// AuditSealAppend writes a batch of links in one statement: the sealer
+// holds the only write lock while it runs, so a statement per link would
+// stall every other writer for the length of the batch.
 func (q *queries) AuditSealAppend(ctx context.Context, seals []store.AuditSeal) error {
-	for _, l := range seals {
-		if _, err := q.db.ExecContext(ctx, `INSERT INTO audit_chain (seq, prev_hash, hash, sealed_at)
-			VALUES (?, ?, ?, coalesce(?, `+nowSQL+`))`, l.Seq, l.PrevHash, l.Hash, micros(l.SealedAt)); err != nil {
-			return interpretError(err)
+	if len(seals) == 0 {
+		return nil
+	}
+	type link struct {
+		Seq      int64  `json:"q"`
+		Prev     string `json:"p"`
+		Hash     string `json:"h"`
+		SealedAt *int64 `json:"a,omitempty"`
+	}
+	rows := make([]link, len(seals))
+	for i, l := range seals {
+		rows[i] = link{Seq: l.Seq, Prev: l.PrevHash, Hash: l.Hash}
+		if m, ok := micros(l.SealedAt).(int64); ok {
+			rows[i].SealedAt = &m
 		}
 	}
-	return nil
+	body, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	_, err = q.db.ExecContext(ctx, `INSERT INTO audit_chain (seq, prev_hash, hash, sealed_at)
+		SELECT json_extract(j.value, '$.q'), json_extract(j.value, '$.p'), json_extract(j.value, '$.h'),
+			coalesce(json_extract(j.value, '$.a'), `+nowSQL+`)
+		FROM json_each(?) AS j ORDER BY j.key`, string(body))
+	return interpretError(err)
 }
 
 // AuditSealLock is a no-op: the write transaction already excludes every

@@ -41,6 +41,9 @@ type Store struct {
 	wake chan struct{}
 
 	commits atomic.Int64
+
+	stopCheckpoints chan struct{}
+	checkpointsDone chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -51,7 +54,8 @@ const maxConns = 32
 // Open opens (creating if needed) the database file at path and migrates it.
 func Open(ctx context.Context, path string) (*Store, error) {
 	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)" +
-		"&_pragma=synchronous(normal)&_pragma=foreign_keys(1)"
+		"&_pragma=synchronous(normal)&_pragma=foreign_keys(1)" +
+		fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walSafetyPages)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -73,7 +77,43 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.stopCheckpoints, s.checkpointsDone = make(chan struct{}), make(chan struct{})
+	go s.checkpoints()
 	return s, nil
+}
+
+// Checkpoints. SQLite copies the write-ahead log back into the database
+// file in whichever connection commits past wal_autocheckpoint pages: with
+// one writer, that was the writer, which stalled every waiting call for the
+// copy's reads, writes and fsyncs. A background connection does it instead,
+// on the other core, while the writer goes on appending to the log (a
+// PASSIVE checkpoint takes no lock a writer needs). The writers' own
+// checkpoint stays as a backstop at walSafetyPages, should this one fall
+// behind.
+const (
+	checkpointEvery = 200 * time.Millisecond
+	walSafetyPages  = 10000
+)
+
+func (s *Store) checkpoints() {
+	defer close(s.checkpointsDone)
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	last := s.commits.Load()
+	for {
+		select {
+		case <-s.stopCheckpoints:
+			return
+		case <-t.C:
+		}
+		if n := s.commits.Load(); n != last {
+			last = n
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// A failure leaves the log to the next round or the backstop.
+			_, _ = s.db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
+			cancel()
+		}
+	}
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -195,6 +235,10 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.stopCheckpoints != nil {
+		close(s.stopCheckpoints)
+		<-s.checkpointsDone
+	}
 	s.stmts.close()
 	return s.db.Close()
 }
