@@ -196,6 +196,7 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 		}
 		return s.audit(ctx, tx, rn.Tenant, actor.Name, action, rn.ID, nil)
 	})
+	s.runnerLists.invalidate()
 	return out, mapStoreErr(err)
 }
 

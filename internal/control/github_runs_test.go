@@ -432,7 +432,13 @@ func TestQueuedRunExplainsMissingRunner(t *testing.T) {
 		v, err := e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
 		require.NoError(t, err)
 		require.Equal(t, ci.Run.WaitingFor, v.Run.WaitingFor)
+		// Written straight to the store, as another server would: the
+		// cached runner list shows it once it is a second old.
 		e.runner(1, false)
+		v, err = e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
+		require.NoError(t, err)
+		require.NotEmpty(t, v.Run.WaitingFor, "within a second, the list is the cached one")
+		e.clock.Advance(time.Second)
 		v, err = e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
 		require.NoError(t, err)
 		require.Empty(t, v.Run.WaitingFor, "an eligible runner is online")

@@ -68,6 +68,7 @@ func (s *Service) Register(ctx context.Context, regToken string, req *protocol.R
 		}
 		return s.audit(ctx, tx, runner.Tenant, "runner:"+runner.ID, "runner.registered", runner.ID, map[string]any{"name": name, "pool": runner.Pool, "labels": runner.Labels, "key_fingerprint": runner.KeyFingerprint})
 	})
+	s.runnerLists.invalidate()
 	if err != nil {
 		return nil, mapStoreErr(err)
 	}
@@ -749,6 +750,7 @@ func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *pr
 	if err != nil {
 		return fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
 	}
+	defer s.runnerLists.invalidate()
 	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
 		rn, err := tx.RunnerGetByID(ctx, call.Runner.ID, true)
 		if err != nil {

@@ -170,7 +170,9 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	default:
 		run.State = store.RunQueued
 	}
+	var att *store.Attempt
 	err = s.commits.do(ctx, func(tx store.Tx) error {
+		att = nil
 		t, err := tx.Now(ctx, s.clock.NowOrNil())
 		if err != nil {
 			return err
@@ -193,7 +195,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 		if run.State == store.RunPendingApproval {
 			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
 		}
-		att := newAttempt(run, spec, 1, t, t)
+		att = newAttempt(run, spec, 1, t, t)
 		if err := tx.AttemptCreate(ctx, att); err != nil {
 			return err
 		}
@@ -217,8 +219,15 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if !decision.Allowed {
 		return nil, false, &DeniedError{RunID: run.ID, Decision: decision}
 	}
-	v, err := s.view(ctx, s.store, run.ID)
-	return v, true, err
+	// The answer is the run as this transaction wrote it: reading it back
+	// would cost three queries per request and could only show it a moment
+	// later (already claimed, say), which a GET shows as well.
+	v := &RunView{Run: run}
+	if att != nil {
+		v.Attempts = []*store.Attempt{att}
+	}
+	s.explainWait(ctx, s.store, v)
+	return v, true, nil
 }
 
 // FieldError is a refusal that names the input field at fault.

@@ -131,20 +131,22 @@ type Config struct {
 
 // Service is the run service.
 type Service struct {
-	store   store.Store
-	clock   clock.Clock
-	defs    Definitions
-	log     *slog.Logger
-	apiURL  string
-	batch   int
-	appTTL  time.Duration
-	creds   *Credentials
-	broker  *connector.Broker
-	art     ArtifactConfig
-	obs     Observer
-	gh      *GitHubRuns
-	commits *committer
-	lines   claimLines
+	store store.Store
+	// runnerLists caches runner lists for queued runs' explanations.
+	runnerLists runnerLists
+	clock       clock.Clock
+	defs        Definitions
+	log         *slog.Logger
+	apiURL      string
+	batch       int
+	appTTL      time.Duration
+	creds       *Credentials
+	broker      *connector.Broker
+	art         ArtifactConfig
+	obs         Observer
+	gh          *GitHubRuns
+	commits     *committer
+	lines       claimLines
 }
 
 // New returns a Service.

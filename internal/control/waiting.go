@@ -79,9 +79,10 @@ func (s *Service) explainWait(ctx context.Context, q store.Queries, v *RunView) 
 	if live == nil {
 		return
 	}
-	runners, err := q.RunnerList(ctx, r.Tenant)
+	now := s.clock.Now()
+	runners, err := s.runnerLists.get(ctx, q, r.Tenant, now)
 	if err != nil {
 		return // an explanation is best effort; the run itself is fine
 	}
-	r.WaitingFor = runnerWait(live, runners, s.clock.Now())
+	r.WaitingFor = runnerWait(live, runners, now)
 }
