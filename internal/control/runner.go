@@ -252,14 +252,13 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 	for i := range tokens {
 		tokens[i] = id.Secret(32)
 	}
-	var asgs []*protocol.Assignment
-	var claimed []*store.Attempt
+	var claimed []claimedAttempt
 	revoked := false
 	err := s.commits.do(ctx, func(tx store.Tx) error {
-		asgs, claimed, revoked = asgs[:0], claimed[:0], false
-		for len(asgs) < n {
-			slot := len(asgs)
-			asg, a, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), github)
+		claimed, revoked = claimed[:0], false
+		for len(claimed) < n {
+			slot := len(claimed)
+			c, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), github)
 			if errors.Is(err, errRevoked) {
 				revoked = true
 				break
@@ -267,12 +266,12 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err != nil {
 				return err
 			}
-			if asg == nil {
+			if c == nil {
 				break
 			}
-			asgs, claimed = append(asgs, asg), append(claimed, a)
+			claimed = append(claimed, *c)
 		}
-		if len(asgs) == 0 {
+		if len(claimed) == 0 {
 			return nil
 		}
 		return failpoint.Inject("claim.beforeCommit")
@@ -280,17 +279,37 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 	if err != nil {
 		return nil, false, mapStoreErr(err)
 	}
-	if len(asgs) == 0 {
+	if len(claimed) == 0 {
 		return nil, revoked, nil
 	}
 	if err := failpoint.Inject("claim.afterCommitBeforeReply"); err != nil {
 		return nil, false, err
 	}
-	for i, asg := range asgs {
-		s.observeClaim(claimed[i])
+	// The assignments (their run tokens signed) are built after the commit,
+	// outside the transaction other calls wait behind. Should one fail, the
+	// attempts are this runner's already: the runner's retry with the same
+	// request ID gets them through reclaim, or their leases run out.
+	asgs := make([]*protocol.Assignment, len(claimed))
+	for i, c := range claimed {
+		asg, err := s.assignment(c.run, c.attempt, c.token)
+		if err != nil {
+			return nil, false, err
+		}
+		asg.Leases = fencedKeys(c.held)
+		asgs[i] = asg
+		s.observeClaim(c.attempt)
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
 	}
 	return asgs, revoked, nil
+}
+
+// claimedAttempt is what a claim's transaction hands out, made into an
+// assignment once it committed.
+type claimedAttempt struct {
+	run     *store.Run
+	attempt *store.Attempt
+	held    []store.LeaseHold
+	token   string
 }
 
 // errRevoked: the attempt claimed was not handed out (denied at dispatch, or
@@ -298,62 +317,57 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 var errRevoked = errors.New("claimed attempt not handed out")
 
 // claimIn claims one attempt in tx: nil when none is eligible.
-func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*protocol.Assignment, *store.Attempt, error) {
+func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
 	a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
 		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 		RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
 		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
 		if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	r, err := tx.RunGetByID(ctx, a.RunID, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ok, err := s.recheck(ctx, tx, r, a)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !ok {
-		return nil, nil, errRevoked
+		return nil, errRevoked
 	}
 	held, blocked, err := s.acquireKeys(ctx, tx, r, a)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if blocked {
-		return nil, nil, errRevoked // try the next eligible attempt
+		return nil, errRevoked // try the next eligible attempt
 	}
 	if r.State == store.RunQueued {
 		r.State = store.RunRunning
 		r.UpdatedAt = *a.ClaimedAt
 	}
 	if err := tx.RunUpdate(ctx, r); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	asg, err := s.assignment(r, a, token)
-	if err != nil {
-		return nil, nil, err
-	}
-	asg.Leases = fencedKeys(held)
-	return asg, a, nil
+	return &claimedAttempt{run: r, attempt: a, held: held, token: token}, nil
 }
 
 // reclaim answers a repeated claim request: while the leases it produced are

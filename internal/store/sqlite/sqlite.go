@@ -36,6 +36,12 @@ type Store struct {
 	// gate serializes this process's write transactions before they reach
 	// SQLite, so that they queue in Go instead of spinning in the busy handler.
 	gate chan struct{}
+	// writer is the one connection write transactions use. SQLite keeps a
+	// page cache per connection, valid as long as no other connection
+	// wrote: the writer's own cache therefore stays warm, where a write
+	// transaction on whichever pooled connection was free found its cache
+	// stale and read the pages again.
+	writer *sql.Conn
 
 	mu   sync.Mutex
 	wake chan struct{}
@@ -73,7 +79,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1), wake: make(chan struct{})}
 	s.queries = queries{db: cachedDB{c: s.stmts, db: db}, s: s}
+	if s.writer, err = db.Conn(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
+		_ = s.writer.Close()
 		_ = db.Close()
 		return nil, err
 	}
@@ -165,7 +176,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return ctx.Err()
 	}
 	defer func() { <-s.gate }()
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -240,7 +251,7 @@ func (s *Store) Close() error {
 		<-s.checkpointsDone
 	}
 	s.stmts.close()
-	return s.db.Close()
+	return errors.Join(s.writer.Close(), s.db.Close())
 }
 
 // interpretError is the one place driver errors become the store's sentinels.
