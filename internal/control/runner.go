@@ -502,8 +502,12 @@ func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.
 	if call.Run == "" || call.Attempt == "" || call.Lease == "" {
 		return nil, nil, zero, fmt.Errorf("the request names no attempt (Jobplane-Run, Jobplane-Attempt and Jobplane-Lease are required): %w", protocol.ErrAttemptStale)
 	}
-	stale := fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
-	a, err := tx.AttemptGetByID(ctx, call.Attempt, true)
+	stale := func() error {
+		return fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
+	}
+	// One statement reads the attempt, with withRun its run, and the clock.
+	// Renewals and log chunks leave the run unlocked: they do not change it.
+	a, r, now, err := tx.AttemptForCall(ctx, call.Attempt, withRun, s.clock.NowOrNil())
 	if errors.Is(err, store.ErrNotFound) {
 		a, err = nil, nil
 	}
@@ -513,11 +517,7 @@ func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.
 	if a == nil || a.RunID != call.Run || a.RunnerID != call.Runner.ID || a.Tenant != call.Runner.Tenant ||
 		!digestEqual(a.LeaseDigest, protocol.SHA256Hex([]byte(call.Lease))) {
 		refusedAttempt(ctx, tx, call, a) // crosstenant.go: MT2 audit, same answer
-		return nil, nil, zero, stale
-	}
-	now, err := tx.Now(ctx, s.clock.NowOrNil())
-	if err != nil {
-		return nil, nil, zero, err
+		return nil, nil, zero, stale()
 	}
 	switch a.State {
 	case store.AttemptLeased:
@@ -527,20 +527,14 @@ func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.
 	case store.AttemptExpired:
 		return nil, nil, zero, fmt.Errorf("lease of attempt %s expired at %s: %w", a.ID, a.LeaseExpiresAt.UTC().Format(time.RFC3339), protocol.ErrLeaseExpired)
 	case store.AttemptSucceeded, store.AttemptFailed:
-		r, err := tx.RunGetByID(ctx, a.RunID, false)
-		if err != nil {
-			return nil, nil, zero, err
+		if r == nil {
+			if r, err = tx.RunGetByID(ctx, a.RunID, false); err != nil {
+				return nil, nil, zero, err
+			}
 		}
 		return a, r, now, errEnded
 	default:
-		return nil, nil, zero, stale
-	}
-	if !withRun {
-		return a, nil, now, nil
-	}
-	r, err := tx.RunGetByID(ctx, a.RunID, true)
-	if err != nil {
-		return nil, nil, zero, err
+		return nil, nil, zero, stale()
 	}
 	return a, r, now, nil
 }

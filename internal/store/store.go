@@ -400,6 +400,11 @@ type Queries interface {
 	// AttemptGetByID reads an attempt; forUpdate locks its row until the
 	// transaction ends.
 	AttemptGetByID(ctx context.Context, id string, forUpdate bool) (*Attempt, error)
+	// AttemptForCall reads and locks the attempt a runner's call names, with
+	// withRun also its run (else nil), and the database clock (now, when not
+	// nil, stands in for it) — in one statement, as every attempt-scoped call
+	// starts with these three.
+	AttemptForCall(ctx context.Context, id string, withRun bool, now *time.Time) (*Attempt, *Run, time.Time, error)
 	// AttemptListByRun lists a run's attempts by number.
 	AttemptListByRun(ctx context.Context, runID string) ([]*Attempt, error)
 	// AttemptListExpired lists leased attempts with LeaseExpiresAt <= now,

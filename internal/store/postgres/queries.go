@@ -234,6 +234,39 @@ func (q *queries) AttemptGetByID(ctx context.Context, attemptID string, forUpdat
 	return scanAttempt(q.db.QueryRow(ctx, `SELECT `+attemptCols+` FROM attempts WHERE id = $1`+forUpdateSQL(forUpdate), attemptID))
 }
 
+var runColsQ = prefixCols("runs.", runCols)
+
+func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun bool, now *time.Time) (*store.Attempt, *store.Run, time.Time, error) {
+	var t time.Time
+	if !withRun {
+		row := q.db.QueryRow(ctx, `SELECT `+attemptColsQ+`, `+nowSQL+` FROM attempts WHERE attempts.id = $2 FOR UPDATE`, now, attemptID)
+		a, err := scanAttempt(scanFunc(func(dest ...any) error { return row.Scan(append(dest, &t)...) }))
+		return a, nil, t.UTC(), err
+	}
+	// FOR UPDATE locks the rows of both tables the join returns, attempt
+	// then run, the order the calls locked them in one by one.
+	row := q.db.QueryRow(ctx, `SELECT `+attemptColsQ+`, `+runColsQ+`, `+nowSQL+`
+		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = $2 FOR UPDATE`, now, attemptID)
+	var r *store.Run
+	a, err := scanAttempt(scanFunc(func(ad ...any) error {
+		var err error
+		r, err = scanRun(scanFunc(func(rd ...any) error {
+			return row.Scan(append(append(ad, rd...), &t)...)
+		}))
+		return err
+	}))
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	return a, r, t.UTC(), nil
+}
+
+// scanFunc lets scan functions share one row: the outer one's Scan calls
+// the inner one, whose Scan reads the row into both destination lists.
+type scanFunc func(dest ...any) error
+
+func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
+
 func (q *queries) AttemptListByRun(ctx context.Context, runID string) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = $1 ORDER BY number`, runID)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
@@ -136,6 +137,50 @@ func scanAttempt(r scanner) (*store.Attempt, error) {
 		return nil, interpretError(err)
 	}
 	return a, nil
+}
+
+var (
+	attemptColsQ = prefixCols("attempts.", attemptCols)
+	runColsQ     = prefixCols("runs.", runCols)
+)
+
+// AttemptForCall takes no locks: the write transaction excludes every other
+// writer. The clock is the process's (see Now).
+func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun bool, now *time.Time) (*store.Attempt, *store.Run, time.Time, error) {
+	t, err := q.Now(ctx, now)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	if !withRun {
+		a, err := scanAttempt(q.db.QueryRowContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE id = ?`, attemptID))
+		return a, nil, t, err
+	}
+	row := q.db.QueryRowContext(ctx, `SELECT `+attemptColsQ+`, `+runColsQ+`
+		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = ?`, attemptID)
+	var r *store.Run
+	a, err := scanAttempt(scanFunc(func(ad ...any) error {
+		var err error
+		r, err = scanRun(scanFunc(func(rd ...any) error { return row.Scan(append(ad, rd...)...) }))
+		return err
+	}))
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	return a, r, t, nil
+}
+
+// scanFunc lets scan functions share one row: the outer one's Scan calls
+// the inner one, whose Scan reads the row into both destination lists.
+type scanFunc func(dest ...any) error
+
+func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
+
+func prefixCols(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = prefix + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (q *queries) attempts(ctx context.Context, query string, args ...any) ([]*store.Attempt, error) {
