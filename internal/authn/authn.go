@@ -140,7 +140,7 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	if protocol.CheckPath(path) != nil {
 		return nil, bad("path is not canonical")
 	}
-	runner, err := a.Store.RunnerGetByID(store.WithSystem(ctx, "authn"), runnerID, false)
+	runner, err := a.runner(store.WithSystem(ctx, "authn"), runnerID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, bad("unknown runner")
 	}
@@ -196,6 +196,18 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 		}
 	}
 	return call, nil
+}
+
+// runner reads the runner a request names, through the store's cache when
+// it has one (store.ReadCache: a change to the runner through any server
+// empties its entry at that change's commit).
+func (a *Authenticator) runner(ctx context.Context, id string) (*store.Runner, error) {
+	if c, ok := a.Store.(interface {
+		RunnerGetCached(ctx context.Context, id string) (*store.Runner, error)
+	}); ok {
+		return c.RunnerGetCached(ctx, id)
+	}
+	return a.Store.RunnerGetByID(ctx, id, false)
 }
 
 // SkewError is a refusal for timestamp skew. It carries the server's time so

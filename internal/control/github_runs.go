@@ -108,7 +108,9 @@ func (s *Service) checkInstallation(ctx context.Context, tenant string) error {
 // activeInstallation returns the tenant's installation (nil for a tenant
 // that is not a GitHub tenant), refusing a suspended or deleted one.
 func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
-	in, err := s.store.GitHubInstallationGetByTenant(ctx, tenant)
+	// Cached: every run request and claim asks, nearly always of a tenant
+	// with no installation; installation events empty the entry.
+	in, err := s.store.GitHubInstallationByTenantCached(ctx, tenant)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil

@@ -558,6 +558,12 @@ type Store interface {
 	// Wake returns a channel that is closed the next time work may be available
 	// (see WakeClaimers). Take a new one after each wake.
 	Wake() <-chan struct{}
+	// RunnerGetCached is RunnerGetByID for authenticating a runner's
+	// request, outside any transaction, through a ReadCache.
+	RunnerGetCached(ctx context.Context, id string) (*Runner, error)
+	// GitHubInstallationByTenantCached is GitHubInstallationGetByTenant
+	// through a ReadCache (ErrNotFound, a tenant without one, included).
+	GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*GitHubInstallation, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the connections.

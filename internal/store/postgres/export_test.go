@@ -57,3 +57,6 @@ func TxStringsEach(ctx context.Context, s *Store, sql string, ctxs ...context.Co
 	})
 	return out, err
 }
+
+// RunnerCached reports whether the store serves the runner from its cache.
+func RunnerCached(s *Store, id string) bool { return s.runners.Has(id) }

@@ -41,9 +41,12 @@ func (q *queries) GitHubInstallationPut(ctx context.Context, in *store.GitHubIns
 		RETURNING tenant, created_at, updated_at`,
 		timeArg(in.UpdatedAt), in.ID, in.Tenant, in.Account, in.AccountType, in.RepositorySelection, in.Status, timeArg(in.CreatedAt)).
 		Scan(&in.Tenant, &in.CreatedAt, &in.UpdatedAt)
+	if err != nil {
+		return interpretError(err)
+	}
 	utc(&in.CreatedAt)
 	utc(&in.UpdatedAt)
-	return interpretError(err)
+	return q.announce(ctx, notifyInstallation+in.Tenant)
 }
 
 func (q *queries) GitHubRepoPut(ctx context.Context, r *store.GitHubRepo) error {

@@ -48,6 +48,76 @@ type Store struct {
 	instance string
 
 	commits atomic.Int64
+
+	// runners and installs cache rows read on every request (see
+	// store.ReadCache). A change is announced on the wake-up channel with
+	// a payload naming the row (notifyRunner, notifyInstallation), so that
+	// every server forgets it at the writer's commit; the caches are on
+	// only while the listener is connected.
+	runners  store.ReadCache[store.Runner]
+	installs store.ReadCache[store.GitHubInstallation]
+}
+
+// cacheMaxAge bounds the staleness of a cached runner or installation
+// when announcements are lost without the listener noticing (store.ReadCache).
+const cacheMaxAge = 10 * time.Second
+
+// Payload prefixes of cache announcements (any other payload is a wake-up).
+const (
+	notifyRunner       = "runner:"
+	notifyInstallation = "installation:"
+)
+
+// announced forgets what a notification payload names; false for a wake-up.
+func (s *Store) announced(payload string) bool {
+	switch {
+	case strings.HasPrefix(payload, notifyRunner):
+		s.runners.Forget(strings.TrimPrefix(payload, notifyRunner))
+	case strings.HasPrefix(payload, notifyInstallation):
+		s.installs.Forget(strings.TrimPrefix(payload, notifyInstallation))
+	default:
+		return false
+	}
+	return true
+}
+
+func (s *Store) enableCaches(on bool) {
+	s.runners.Enable(on)
+	s.installs.Enable(on)
+}
+
+// RunnerGetCached reads a runner through the cache.
+func (s *Store) RunnerGetCached(ctx context.Context, id string) (*store.Runner, error) {
+	ctx = store.WithSystem(ctx, "runner cache")
+	r, err := s.runners.Get(id, func() (store.Runner, error) {
+		r, err := s.queries.RunnerGetByID(ctx, id, false)
+		if err != nil {
+			return store.Runner{}, err
+		}
+		return *r, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// GitHubInstallationByTenantCached reads a tenant's installation, or its
+// absence, through the cache.
+func (s *Store) GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
+	// Whatever the caller's scope, the entry is the row as it is.
+	ctx = store.WithSystem(ctx, "installation cache")
+	in, err := s.installs.Get(tenant, func() (store.GitHubInstallation, error) {
+		in, err := s.queries.GitHubInstallationGetByTenant(ctx, tenant)
+		if err != nil {
+			return store.GitHubInstallation{}, err
+		}
+		return *in, nil
+	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) })
+	if err != nil {
+		return nil, err
+	}
+	return &in, nil
 }
 
 var _ store.Store = (*Store)(nil)
@@ -91,6 +161,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%w: listen: %w", store.ErrUnavailable, err))
 	}
+	s.runners.MaxAge, s.installs.MaxAge = cacheMaxAge, cacheMaxAge
+	s.enableCaches(true)
 	lctx, cancel := context.WithCancel(context.Background())
 	s.stopListen = cancel
 	go s.listen(lctx, cfg.ConnConfig, conn)
@@ -183,10 +255,12 @@ func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn)
 				if err != nil {
 					break
 				}
-				if n.Payload != s.instance {
+				if !s.announced(n.Payload) && n.Payload != s.instance {
 					s.broadcast()
 				}
 			}
+			// Changes announced from now on would be missed.
+			s.enableCaches(false)
 			closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = conn.Close(closeCtx)
 			cancel()
@@ -207,6 +281,7 @@ func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn)
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		s.enableCaches(true)
 		s.broadcast()
 	}
 }
@@ -247,6 +322,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		q.forgetAll()
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.Is(err, pgx.ErrTxCommitRollback), errors.As(err, &pgErr):
@@ -260,6 +336,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 	}
 	s.commits.Add(1)
+	q.forgetAll()
 	if q.woke {
 		s.broadcast()
 	}

@@ -25,6 +25,32 @@ type queries struct {
 	// woke: the transaction called WakeClaimers (tryTx broadcasts after
 	// its commit).
 	woke bool
+	// forget lists the cache entries the transaction's writes invalidate,
+	// forgotten again locally after its commit (store.ReadCache).
+	forget []func()
+}
+
+func (q *queries) forgetAll() {
+	for _, f := range q.forget {
+		f()
+	}
+}
+
+// announce forgets a cached row here and now, has every server forget it
+// (this one included) when the change commits, and in a transaction
+// forgets it here again right after the commit: a read in between could
+// have cached the row as it was.
+func (q *queries) announce(ctx context.Context, payload string) error {
+	q.s.announced(payload)
+	if _, err := q.db.Exec(ctx, `SELECT pg_notify($1, $2)`, q.s.channel, payload); err != nil {
+		return interpretError(err)
+	}
+	if q.inTx() {
+		q.forget = append(q.forget, func() { q.s.announced(payload) })
+	} else {
+		q.s.announced(payload)
+	}
+	return nil
 }
 
 var _ store.Tx = (*queries)(nil)
@@ -561,12 +587,23 @@ func (q *queries) RunnerList(ctx context.Context, tenant string) ([]*store.Runne
 }
 
 func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE runners SET last_seen_at = `+nowSQL+` WHERE id = $2`, now, runnerID)
+	var t time.Time
+	if err := q.db.QueryRow(ctx, `UPDATE runners SET last_seen_at = `+nowSQL+` WHERE id = $2 RETURNING last_seen_at`, now, runnerID).Scan(&t); err != nil {
+		return interpretError(err)
+	}
+	// Only this server reads its cached last-seen time (to touch at most
+	// once a second): the entry is brought up to date, not announced.
+	t = t.UTC()
+	q.s.runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
+	return nil
 }
 
 func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
-	return q.exec1(ctx, `UPDATE runners SET status = $1, public_key = $2, key_fingerprint = $3, labels = $4 WHERE id = $5`,
-		r.Status, r.PublicKey, r.KeyFingerprint, listArg(r.Labels), r.ID)
+	if err := q.exec1(ctx, `UPDATE runners SET status = $1, public_key = $2, key_fingerprint = $3, labels = $4 WHERE id = $5`,
+		r.Status, r.PublicKey, r.KeyFingerprint, listArg(r.Labels), r.ID); err != nil {
+		return err
+	}
+	return q.announce(ctx, notifyRunner+r.ID)
 }
 
 // ---- tenants ----

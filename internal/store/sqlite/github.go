@@ -30,6 +30,13 @@ func (q *queries) GitHubInstallationGetByTenant(ctx context.Context, tenant stri
 }
 
 func (q *queries) GitHubInstallationPut(ctx context.Context, in *store.GitHubInstallation) error {
+	if in.Tenant != "" {
+		q.changed(func() { q.s.installs.Forget(in.Tenant) })
+	}
+	defer func() {
+		tenant := in.Tenant // the row's, as RETURNING gave it
+		q.changed(func() { q.s.installs.Forget(tenant) })
+	}()
 	return interpretError(q.db.QueryRowContext(ctx, `INSERT INTO github_installations (`+ghInstallationCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), coalesce(?, `+nowSQL+`))
 		ON CONFLICT (installation_id) DO UPDATE SET account_login = excluded.account_login,

@@ -18,7 +18,27 @@ type execer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-type txState struct{ wake bool }
+type txState struct {
+	wake bool
+	// forget lists the cache entries the transaction's writes invalidate,
+	// forgotten again once it ended (store.ReadCache).
+	forget []func()
+}
+
+func (st *txState) forgetAll() {
+	for _, f := range st.forget {
+		f()
+	}
+}
+
+// changed forgets a cache entry now and, in a transaction, once more after
+// it ended: a read between the two could have cached the row as it was.
+func (q *queries) changed(f func()) {
+	f()
+	if q.tx != nil {
+		q.tx.forget = append(q.tx.forget, f)
+	}
+}
 
 // queries implements store.Queries over either the database or one transaction.
 type queries struct {
@@ -536,10 +556,21 @@ func (q *queries) RunnerList(ctx context.Context, tenant string) ([]*store.Runne
 }
 
 func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE runners SET last_seen_at = coalesce(?, `+nowSQL+`) WHERE id = ?`, microsPtr(now), runnerID)
+	t, err := q.Now(ctx, now)
+	if err != nil {
+		return err
+	}
+	if err := q.exec1(ctx, `UPDATE runners SET last_seen_at = ? WHERE id = ?`, t.UnixMicro(), runnerID); err != nil {
+		return err
+	}
+	// Only this process reads the cached last-seen time (to touch at most
+	// once a second), so the entry is kept and brought up to date.
+	q.s.runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
+	return nil
 }
 
 func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
+	q.changed(func() { q.s.runners.Forget(r.ID) })
 	return q.exec1(ctx, `UPDATE runners SET status = ?, public_key = ?, key_fingerprint = ?, labels = ? WHERE id = ?`,
 		r.Status, r.PublicKey, r.KeyFingerprint, listText(r.Labels), r.ID)
 }

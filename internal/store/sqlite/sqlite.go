@@ -48,6 +48,12 @@ type Store struct {
 
 	commits atomic.Int64
 
+	// runners and installs cache rows read on every request (see
+	// store.ReadCache). This process is the file's only writer, so its own
+	// writes are all the invalidation they need.
+	runners  store.ReadCache[store.Runner]
+	installs store.ReadCache[store.GitHubInstallation]
+
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
 }
@@ -88,6 +94,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	s.runners.Enable(true)
+	s.installs.Enable(true)
 	s.stopCheckpoints, s.checkpointsDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
 	return s, nil
@@ -209,6 +217,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		err := s.inTx(ctx, func(sqlTx *sql.Tx) error {
 			return fn(&queries{db: cachedDB{c: s.stmts, db: s.db, tx: sqlTx}, s: s, tx: st})
 		})
+		st.forgetAll() // committed or not: forgetting too much costs one read
 		if err == nil {
 			if st.wake {
 				s.broadcast()
@@ -275,4 +284,38 @@ func interpretError(err error) error {
 func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// RunnerGetCached reads a runner through the cache.
+func (s *Store) RunnerGetCached(ctx context.Context, id string) (*store.Runner, error) {
+	ctx = store.WithSystem(ctx, "runner cache")
+	r, err := s.runners.Get(id, func() (store.Runner, error) {
+		r, err := s.queries.RunnerGetByID(ctx, id, false)
+		if err != nil {
+			return store.Runner{}, err
+		}
+		return *r, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// GitHubInstallationByTenantCached reads a tenant's installation, or its
+// absence, through the cache.
+func (s *Store) GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
+	// Whatever the caller's scope, the entry is the row as it is.
+	ctx = store.WithSystem(ctx, "installation cache")
+	in, err := s.installs.Get(tenant, func() (store.GitHubInstallation, error) {
+		in, err := s.queries.GitHubInstallationGetByTenant(ctx, tenant)
+		if err != nil {
+			return store.GitHubInstallation{}, err
+		}
+		return *in, nil
+	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) })
+	if err != nil {
+		return nil, err
+	}
+	return &in, nil
 }
