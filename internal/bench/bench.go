@@ -54,6 +54,9 @@ type Config struct {
 	// that many attempts per signed claim and work on them at once (see
 	// Env.ClaimMax); 1 (the default) claims one at a time.
 	ClaimMax int
+	// LogsApart sends the lifecycle's log chunk in a call of its own
+	// rather than with the result (Runner.LogsApart).
+	LogsApart bool
 	// CommitBatch bounds the calls of one group transaction; 1 turns group
 	// commit off (for comparison), 0 is the server's default.
 	CommitBatch int
@@ -93,7 +96,9 @@ type Result struct {
 	Workers int    `json:"workers"`
 	// ClaimMax is Config.ClaimMax (1: one attempt per claim).
 	ClaimMax int `json:"claim_max"`
-	Clients  int `json:"clients"`
+	// LogsApart is Config.LogsApart.
+	LogsApart bool `json:"logs_apart,omitempty"`
+	Clients   int  `json:"clients"`
 	// GoVersion, CPUs and StartedAt describe where and when.
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
@@ -178,6 +183,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, r := range runners {
+		r.LogsApart = cfg.LogsApart
+	}
+	res.LogsApart = cfg.LogsApart
 
 	if cfg.Idle > 0 {
 		run := env.RunIdle
@@ -376,8 +385,12 @@ func (r *Result) String() string {
 		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, r.ClaimResult.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
-	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; request, long-poll claim, renew, log chunk, result; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
-		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)
+	steps := "request, long-poll claim, renew, result carrying a log chunk"
+	if r.LogsApart {
+		steps = "request, long-poll claim, renew, log chunk, result"
+	}
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
 		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
 	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",

@@ -164,6 +164,9 @@ func (e *Env) Close() error {
 type Runner struct {
 	ID     string
 	Client *apiclient.RunnerClient
+	// LogsApart sends each attempt's log chunk in a call of its own before
+	// the result, instead of with it (as the worker does).
+	LogsApart bool
 }
 
 // RegisterRunners registers n runners, each with its own registration token

@@ -248,16 +248,21 @@ func (e *Env) RunIdleProcs(ctx context.Context, n, procs, runs int, command []st
 }
 
 // finish works a claimed attempt as the lifecycle phase does: one renewal,
-// one log chunk and a successful result.
+// one log chunk and a successful result, the chunk carried by the result as
+// the worker sends a job's last output (or on its own with LogsApart).
 func (r *Runner) finish(ctx context.Context, asg *protocol.Assignment, at time.Time) error {
 	ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
 	if _, err := r.Client.Renew(ctx, ref); err != nil {
 		return fmt.Errorf("runner %s: renew run %s: %w", r.ID, asg.RunID, err)
 	}
-	if err := r.Client.Logs(ctx, ref, protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: at, Stream: "stdout", Text: "bench"}}}); err != nil {
-		return fmt.Errorf("runner %s: logs of run %s: %w", r.ID, asg.RunID, err)
+	chunk := &protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: at, Stream: "stdout", Text: "bench"}}}
+	if r.LogsApart {
+		if err := r.Client.Logs(ctx, ref, *chunk); err != nil {
+			return fmt.Errorf("runner %s: logs of run %s: %w", r.ID, asg.RunID, err)
+		}
+		chunk = nil
 	}
-	res, err := r.Client.Result(ctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
+	res, err := r.Client.Result(ctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench", Logs: chunk})
 	if err != nil {
 		return fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
 	}

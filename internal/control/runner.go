@@ -568,20 +568,9 @@ const MaxLogLines = 5000
 
 // AppendLogs stores a chunk of the attempt's output; a repeated seq is ignored.
 func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *protocol.LogsRequest) error {
-	if len(req.Lines) > MaxLogLines {
-		return fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)
-	}
-	if req.Seq < 0 {
-		return fmt.Errorf("seq must not be negative: %w", protocol.ErrBadRequest)
-	}
-	lines := make([]store.LogLine, 0, len(req.Lines))
-	for i, l := range req.Lines {
-		switch l.Stream {
-		case "stdout", "stderr", "system":
-		default:
-			return fmt.Errorf("lines[%d].stream must be stdout, stderr or system: %w", i, protocol.ErrBadRequest)
-		}
-		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
+	lines, err := logChunk(req, "")
+	if err != nil {
+		return err
 	}
 	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttemptRun(ctx, tx, call, false)
@@ -591,17 +580,44 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		for i := range lines {
-			if lines[i].At.IsZero() {
-				lines[i].At = now
-			}
-		}
-		_, err = tx.LogAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: req.Seq, Lines: lines})
-		if err != nil {
-			return err
-		}
-		return tx.WakeClaimers(ctx) // log followers wait on the same signal
+		return appendChunk(ctx, tx, a, req.Seq, lines, now)
 	}))
+}
+
+// logChunk checks a log chunk (at field prefix, "logs." in a result) and
+// returns its lines to store.
+func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error) {
+	if len(req.Lines) > MaxLogLines {
+		return nil, &FieldError{Field: prefix + "lines", Err: fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)}
+	}
+	if req.Seq < 0 {
+		return nil, &FieldError{Field: prefix + "seq", Err: fmt.Errorf("%sseq must not be negative: %w", prefix, protocol.ErrBadRequest)}
+	}
+	lines := make([]store.LogLine, 0, len(req.Lines))
+	for i, l := range req.Lines {
+		switch l.Stream {
+		case "stdout", "stderr", "system":
+		default:
+			f := fmt.Sprintf("%slines[%d].stream", prefix, i)
+			return nil, &FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
+		}
+		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
+	}
+	return lines, nil
+}
+
+// appendChunk stores a checked chunk of a live attempt's output; a repeated
+// seq is ignored.
+func appendChunk(ctx context.Context, tx store.Tx, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
+	for i := range lines {
+		if lines[i].At.IsZero() {
+			lines[i].At = now
+		}
+	}
+	if _, err := tx.LogAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
+		return err
+	}
+	return tx.WakeClaimers(ctx) // log followers wait on the same signal
 }
 
 // Relinquish gives an attempt back: it ends relinquished and the run gets a
@@ -647,6 +663,13 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 	if rec.Artifacts == nil {
 		rec.Artifacts = []string{}
 	}
+	var lines []store.LogLine
+	if req.Logs != nil {
+		var err error
+		if lines, err = logChunk(req.Logs, "logs."); err != nil {
+			return nil, err
+		}
+	}
 	var resp *protocol.ResultResponse
 	err := s.commits.do(ctx, func(tx store.Tx) error {
 		a, r, now, err := s.checkAttempt(ctx, tx, call)
@@ -663,6 +686,13 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		}
 		if err := s.checkResultArtifacts(ctx, tx, a, rec.Artifacts); err != nil {
 			return err
+		}
+		if req.Logs != nil {
+			// Before the attempt ends: a log follower that sees the run
+			// finished has seen its last lines.
+			if err := appendChunk(ctx, tx, a, req.Logs.Seq, slices.Clone(lines), now); err != nil {
+				return err
+			}
 		}
 		raw, err := json.Marshal(rec)
 		if err != nil {

@@ -154,6 +154,10 @@ type ResultRequest struct {
 	Summary   string   `json:"summary"`
 	Artifacts []string `json:"artifacts"`
 	RequestID string   `json:"request_id,omitempty"`
+	// Logs is the attempt's last log chunk, stored in the result's
+	// transaction as POST /v1/runner/attempt/logs would store it: a job's
+	// final output and its result then cost one request, not two.
+	Logs *LogsRequest `json:"logs,omitempty"`
 }
 
 // ResultResponse answers a result.

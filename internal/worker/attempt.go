@@ -114,8 +114,7 @@ func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claim
 	keepers.Go(a.watchdog)
 
 	outcome, code, summary := a.execute()
-	a.logs.close()
-	a.finish(actx, outcome, code, summary)
+	a.finish(actx, outcome, code, summary, a.logs.closeKeepingLast())
 	close(a.finished)
 	keepers.Wait()
 }
@@ -497,7 +496,9 @@ func exitStatus(err error) (int, string) {
 
 // finish reports the attempt: a result, or a relinquish on shutdown. Neither
 // is sent once the lease is lost or the trust window has ended.
-func (a *attempt) finish(ctx context.Context, outcome string, code int, summary string) {
+// The last log chunk, when there is one, goes with the result (or, before a
+// relinquish, on its own).
+func (a *attempt) finish(ctx context.Context, outcome string, code int, summary string, last *protocol.LogsRequest) {
 	a.mu.Lock()
 	relinquish, reason := a.relinquish, a.reason
 	a.mu.Unlock()
@@ -506,12 +507,15 @@ func (a *attempt) finish(ctx context.Context, outcome string, code int, summary 
 		return
 	}
 	if relinquish {
+		if last != nil && !a.call(ctx, "send logs", func(c context.Context) error { return a.w.rc.Logs(c, a.ref, *last) }) {
+			return
+		}
 		if a.call(ctx, "relinquish", func(c context.Context) error { return a.w.rc.Relinquish(c, a.ref, reason) }) {
 			a.log.Info("worker: attempt relinquished", "reason", reason)
 		}
 		return
 	}
-	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifacts, RequestID: a.resultID}
+	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifacts, RequestID: a.resultID, Logs: last}
 	var state string
 	ok := a.call(ctx, "post result", func(c context.Context) error {
 		resp, err := a.w.rc.Result(c, a.ref, req)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -237,6 +238,12 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(body, &req) != nil || (req.Outcome != "succeeded" && req.Outcome != "failed") {
 			problem(w, 400, protocol.CodeBadRequest)
 			return
+		}
+		// A final log chunk in the result is stored as the logs call stores
+		// one, idempotent by seq.
+		if l := req.Logs; l != nil && !slices.Contains(s.seqs[sr.Attempt], l.Seq) {
+			s.seqs[sr.Attempt] = append(s.seqs[sr.Attempt], l.Seq)
+			s.logs[sr.Attempt] = append(s.logs[sr.Attempt], l.Lines...)
 		}
 		s.results[sr.Attempt] = append(s.results[sr.Attempt], req)
 		reply(w, 200, protocol.ResultResponse{RunState: req.Outcome})

@@ -75,6 +75,10 @@ type shipper struct {
 	closed   bool
 	dropping bool
 	seq      int64
+	// holdLast: at close, the final chunk is kept in last for the caller
+	// to send with the result instead of on its own.
+	holdLast bool
+	last     *protocol.LogsRequest
 
 	kick chan struct{}
 	done chan struct{}
@@ -123,6 +127,22 @@ func (s *shipper) close() {
 	<-s.done
 }
 
+// closeKeepingLast is close, except that the final chunk is returned (nil
+// when there is none) instead of sent: the result carries it, one request
+// fewer per attempt.
+func (s *shipper) closeKeepingLast() *protocol.LogsRequest {
+	s.mu.Lock()
+	s.holdLast = true
+	s.mu.Unlock()
+	s.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropping {
+		return nil
+	}
+	return s.last
+}
+
 // drop discards queued and future lines: the lease is gone.
 func (s *shipper) drop() {
 	s.mu.Lock()
@@ -132,23 +152,24 @@ func (s *shipper) drop() {
 	s.mu.Unlock()
 }
 
-// next takes one chunk off the queue.
-func (s *shipper) next() ([]protocol.LogLine, bool) {
+// next takes one chunk off the queue; final reports that it is the last
+// one of a closed shipper that holds its last chunk back.
+func (s *shipper) next() (chunk []protocol.LogLine, finished, final bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dropping || len(s.pending) == 0 {
-		return nil, s.closed || s.dropping
+		return nil, s.closed || s.dropping, false
 	}
 	n, size := 0, 0
 	for n < len(s.pending) && n < maxChunkLines && (n == 0 || size+len(s.pending[n].Text) <= maxChunkBytes) {
 		size += len(s.pending[n].Text)
 		n++
 	}
-	chunk := append([]protocol.LogLine(nil), s.pending[:n]...)
+	chunk = append([]protocol.LogLine(nil), s.pending[:n]...)
 	s.pending = s.pending[n:]
 	s.bytes -= size
 	s.cond.Broadcast()
-	return chunk, false
+	return chunk, false, s.closed && s.holdLast && len(s.pending) == 0
 }
 
 func (s *shipper) loop() {
@@ -161,7 +182,7 @@ func (s *shipper) loop() {
 		case <-t.C:
 		}
 		for {
-			chunk, finished := s.next()
+			chunk, finished, final := s.next()
 			if chunk == nil {
 				if finished {
 					return
@@ -169,6 +190,12 @@ func (s *shipper) loop() {
 				break
 			}
 			s.seq++
+			if final {
+				s.mu.Lock()
+				s.last = &protocol.LogsRequest{Seq: s.seq, Lines: chunk}
+				s.mu.Unlock()
+				continue
+			}
 			if !s.send(protocol.LogsRequest{Seq: s.seq, Lines: chunk}) {
 				s.drop()
 			}

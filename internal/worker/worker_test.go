@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,6 +267,11 @@ func TestSucceededResult(t *testing.T) {
 	defer b.srv.mu.Unlock()
 	require.Equal(t, "succeeded", b.srv.results[a.AttemptID][0].Outcome)
 	require.Equal(t, 0, b.srv.results[a.AttemptID][0].ExitCode)
+	// A short job's output goes with its result: no separate logs call.
+	last := b.srv.results[a.AttemptID][0].Logs
+	require.NotNil(t, last, "the final log chunk rides on the result")
+	require.Equal(t, "jobplane: process ended: exit status 0", last.Lines[len(last.Lines)-1].Text)
+	require.Equal(t, slices.Max(b.srv.seqs[a.AttemptID]), last.Seq, "the result's chunk is the last")
 }
 
 func TestCancelViaRenewKillsProcessGroup(t *testing.T) {
