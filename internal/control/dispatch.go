@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -33,10 +32,8 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 		// Fail closed: with no definitions in force nothing is authorized.
 		dispatch = Decision{Explanation: "denied at dispatch: the channel's definitions are unavailable: " + err.Error()}
 	} else {
-		kind := "user"
-		if p, err := tx.PrincipalGetByName(ctx, r.Tenant, r.Actor); err == nil {
-			kind = p.Kind
-		} else if !errors.Is(err, store.ErrNotFound) {
+		kind, err := s.actorKinds.kind(ctx, tx, r.Tenant, r.Actor)
+		if err != nil {
 			return false, err
 		}
 		dispatch = cat.Decide(DecisionRequest{

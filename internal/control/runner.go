@@ -732,9 +732,14 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 	if err := s.releaseKeys(ctx, tx, r, a); err != nil {
 		return err
 	}
-	spec, err := runSpec(r)
-	if err != nil {
-		return err
+	// The pinned spec is decoded only for a next attempt: most attempts end
+	// their run, and this runs on the writer others wait behind.
+	nextAttempt := func(notBefore func(Spec) time.Time) (*store.Attempt, error) {
+		spec, err := runSpec(r)
+		if err != nil {
+			return nil, err
+		}
+		return newAttempt(r, spec, a.Number+1, now, notBefore(spec)), nil
 	}
 	details := map[string]any{"attempt": a.ID, "number": a.Number, "state": state, "holder": holder(a)}
 	if reason != "" {
@@ -747,12 +752,18 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 	case r.CancelRequested || state == store.AttemptCancelled:
 		finish(r, store.RunCancelled, now)
 	case state == store.AttemptRelinquished:
-		next = newAttempt(r, spec, a.Number+1, now, now)
+		var err error
+		if next, err = nextAttempt(func(Spec) time.Time { return now }); err != nil {
+			return err
+		}
 	default: // failed or expired
 		r.CountedAttempts++
 		timedOut := state == store.AttemptExpired && a.Deadline != nil && !now.Before(*a.Deadline)
 		if r.CountedAttempts < r.MaxAttempts {
-			next = newAttempt(r, spec, a.Number+1, now, now.Add(time.Duration(spec.Backoff)))
+			var err error
+			if next, err = nextAttempt(func(sp Spec) time.Time { return now.Add(time.Duration(sp.Backoff)) }); err != nil {
+				return err
+			}
 		} else if timedOut {
 			finish(r, store.RunTimedOut, now)
 		} else {

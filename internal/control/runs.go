@@ -173,19 +173,26 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	var att *store.Attempt
 	err = s.commits.do(ctx, func(tx store.Tx) error {
 		att = nil
-		t, err := tx.Now(ctx, s.clock.NowOrNil())
-		if err != nil {
-			return err
+		// A zero time lets the insert read the database clock, which a
+		// statement of its own cost a round trip per request.
+		var t time.Time
+		var err error
+		if fixed := s.clock.NowOrNil(); fixed != nil {
+			t = *fixed
 		}
-		run.CreatedAt, run.UpdatedAt = t, t
 		if !decision.Allowed {
+			if t, err = tx.Now(ctx, s.clock.NowOrNil()); err != nil {
+				return err
+			}
 			run.FinishedAt = &t
 		} else if err := s.checkKeys(ctx, tx, run.Tenant, keys); err != nil {
 			return err
 		}
+		run.CreatedAt, run.UpdatedAt = t, t
 		if err := tx.RunCreate(ctx, run); err != nil {
 			return err
 		}
+		t = run.CreatedAt
 		if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
 			return err
 		}

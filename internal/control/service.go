@@ -134,19 +134,21 @@ type Service struct {
 	store store.Store
 	// runnerLists caches runner lists for queued runs' explanations.
 	runnerLists runnerLists
-	clock       clock.Clock
-	defs        Definitions
-	log         *slog.Logger
-	apiURL      string
-	batch       int
-	appTTL      time.Duration
-	creds       *Credentials
-	broker      *connector.Broker
-	art         ArtifactConfig
-	obs         Observer
-	gh          *GitHubRuns
-	commits     *committer
-	lines       claimLines
+	// actorKinds caches principals' kinds for the re-check at dispatch.
+	actorKinds actorKinds
+	clock      clock.Clock
+	defs       Definitions
+	log        *slog.Logger
+	apiURL     string
+	batch      int
+	appTTL     time.Duration
+	creds      *Credentials
+	broker     *connector.Broker
+	art        ArtifactConfig
+	obs        Observer
+	gh         *GitHubRuns
+	commits    *committer
+	lines      claimLines
 }
 
 // New returns a Service.
