@@ -60,7 +60,7 @@ func (a *Authenticator) Principal(ctx context.Context, r *http.Request) (*store.
 		return nil, fmt.Errorf("missing bearer token: %w", protocol.ErrUnauthorized)
 	}
 	// The token is what tells the tenant: its lookup is cross-tenant.
-	t, p, err := a.Store.APITokenGetByDigest(store.WithSystem(ctx, "authn"), Digest(tok))
+	t, p, err := a.token(store.WithSystem(ctx, "authn"), Digest(tok))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("unknown token: %w", protocol.ErrUnauthorized)
 	}
@@ -196,6 +196,18 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 		}
 	}
 	return call, nil
+}
+
+// token reads an API token and its principal, through the store's cache
+// when it has one (a revocation empties the entry at its commit; expiry is
+// checked here, against the clock, on every request).
+func (a *Authenticator) token(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
+	if c, ok := a.Store.(interface {
+		APITokenGetCached(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error)
+	}); ok {
+		return c.APITokenGetCached(ctx, digest)
+	}
+	return a.Store.APITokenGetByDigest(ctx, digest)
 }
 
 // runner reads the runner a request names, through the store's cache when

@@ -112,3 +112,9 @@ func (c *ReadCache[V]) Has(key string) bool {
 	e, ok := c.m[key]
 	return c.on && ok && c.fresh(e.at)
 }
+
+// TokenEntry is an API token with its principal, as a ReadCache keeps them.
+type TokenEntry struct {
+	Token     APIToken
+	Principal Principal
+}

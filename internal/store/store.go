@@ -561,6 +561,9 @@ type Store interface {
 	// RunnerGetCached is RunnerGetByID for authenticating a runner's
 	// request, outside any transaction, through a ReadCache.
 	RunnerGetCached(ctx context.Context, id string) (*Runner, error)
+	// APITokenGetCached is APITokenGetByDigest for authenticating a request,
+	// through a ReadCache (a revocation forgets the entry).
+	APITokenGetCached(ctx context.Context, digest string) (*APIToken, *Principal, error)
 	// GitHubInstallationByTenantCached is GitHubInstallationGetByTenant
 	// through a ReadCache (ErrNotFound, a tenant without one, included).
 	GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*GitHubInstallation, error)

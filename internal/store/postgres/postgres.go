@@ -56,6 +56,7 @@ type Store struct {
 	// only while the listener is connected.
 	runners  store.ReadCache[store.Runner]
 	installs store.ReadCache[store.GitHubInstallation]
+	tokens   store.ReadCache[store.TokenEntry]
 }
 
 // cacheMaxAge bounds the staleness of a cached runner or installation
@@ -66,6 +67,7 @@ const cacheMaxAge = 10 * time.Second
 const (
 	notifyRunner       = "runner:"
 	notifyInstallation = "installation:"
+	notifyToken        = "token:"
 )
 
 // announced forgets what a notification payload names; false for a wake-up.
@@ -75,6 +77,8 @@ func (s *Store) announced(payload string) bool {
 		s.runners.Forget(strings.TrimPrefix(payload, notifyRunner))
 	case strings.HasPrefix(payload, notifyInstallation):
 		s.installs.Forget(strings.TrimPrefix(payload, notifyInstallation))
+	case strings.HasPrefix(payload, notifyToken):
+		s.tokens.Forget(strings.TrimPrefix(payload, notifyToken))
 	default:
 		return false
 	}
@@ -84,6 +88,23 @@ func (s *Store) announced(payload string) bool {
 func (s *Store) enableCaches(on bool) {
 	s.runners.Enable(on)
 	s.installs.Enable(on)
+	s.tokens.Enable(on)
+}
+
+// APITokenGetCached reads a token and its principal through the cache.
+func (s *Store) APITokenGetCached(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
+	ctx = store.WithSystem(ctx, "token cache")
+	e, err := s.tokens.Get(digest, func() (store.TokenEntry, error) {
+		t, p, err := s.queries.APITokenGetByDigest(ctx, digest)
+		if err != nil {
+			return store.TokenEntry{}, err
+		}
+		return store.TokenEntry{Token: *t, Principal: *p}, nil
+	}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &e.Token, &e.Principal, nil
 }
 
 // RunnerGetCached reads a runner through the cache.
@@ -161,7 +182,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%w: listen: %w", store.ErrUnavailable, err))
 	}
-	s.runners.MaxAge, s.installs.MaxAge = cacheMaxAge, cacheMaxAge
+	s.runners.MaxAge, s.installs.MaxAge, s.tokens.MaxAge = cacheMaxAge, cacheMaxAge, cacheMaxAge
 	s.enableCaches(true)
 	lctx, cancel := context.WithCancel(context.Background())
 	s.stopListen = cancel

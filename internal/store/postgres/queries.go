@@ -138,8 +138,12 @@ func (q *queries) APITokenGetByDigest(ctx context.Context, digest string) (*stor
 }
 
 func (q *queries) APITokenRevoke(ctx context.Context, tenant, tokenID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, `+nowSQL+`) WHERE id = $2
-		AND principal_id IN (SELECT id FROM principals WHERE tenant = $3)`, now, tokenID, tenant)
+	var digest string
+	if err := q.db.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, `+nowSQL+`) WHERE id = $2
+		AND principal_id IN (SELECT id FROM principals WHERE tenant = $3) RETURNING digest`, now, tokenID, tenant).Scan(&digest); err != nil {
+		return interpretError(err)
+	}
+	return q.announce(ctx, notifyToken+digest)
 }
 
 func (q *queries) PrincipalCreate(ctx context.Context, p *store.Principal) error {

@@ -43,6 +43,19 @@ func TestReadCacheAcrossServers(t *testing.T) {
 	require.Equal(t, store.RunnerActive, status(a))
 	require.True(t, postgres.RunnerCached(a, rn.ID))
 
+	// A token revoked through B is refused by A.
+	p := &store.Principal{ID: "prn_x", Tenant: tn.ID, Kind: "user", Name: "alice", CreatedAt: now}
+	require.NoError(t, a.PrincipalCreate(ctx, p))
+	require.NoError(t, a.APITokenCreate(ctx, &store.APIToken{ID: "tok_x", PrincipalID: p.ID, Digest: "dx", CreatedAt: now}))
+	tok, _, err := a.APITokenGetCached(ctx, "dx")
+	require.NoError(t, err)
+	require.Nil(t, tok.RevokedAt)
+	require.NoError(t, b.InTx(ctx, func(tx store.Tx) error { return tx.APITokenRevoke(ctx, tn.ID, "tok_x", nil) }))
+	require.Eventually(t, func() bool {
+		tok, _, err := a.APITokenGetCached(ctx, "dx")
+		return err == nil && tok.RevokedAt != nil
+	}, 5*time.Second, 5*time.Millisecond, "the other server kept serving a revoked token")
+
 	rn.Status = store.RunnerDisabled
 	require.NoError(t, b.InTx(ctx, func(tx store.Tx) error { return tx.RunnerUpdate(ctx, rn) }))
 	require.Equal(t, store.RunnerDisabled, status(b), "the writer forgets at its commit")

@@ -122,9 +122,15 @@ func (q *queries) APITokenGetByDigest(ctx context.Context, digest string) (*stor
 }
 
 func (q *queries) APITokenRevoke(ctx context.Context, tenant, tokenID string, now *time.Time) error {
-	return q.exec1(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?, `+nowSQL+`) WHERE id = ?
-		AND principal_id IN (SELECT id FROM principals WHERE tenant = ?)`,
-		microsPtr(now), tokenID, tenant)
+	var digest string
+	err := q.db.QueryRowContext(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?, `+nowSQL+`) WHERE id = ?
+		AND principal_id IN (SELECT id FROM principals WHERE tenant = ?) RETURNING digest`,
+		microsPtr(now), tokenID, tenant).Scan(&digest)
+	if err != nil {
+		return interpretError(err)
+	}
+	q.changed(func() { q.s.tokens.Forget(digest) })
+	return nil
 }
 
 func (q *queries) PrincipalCreate(ctx context.Context, p *store.Principal) error {

@@ -53,6 +53,7 @@ type Store struct {
 	// writes are all the invalidation they need.
 	runners  store.ReadCache[store.Runner]
 	installs store.ReadCache[store.GitHubInstallation]
+	tokens   store.ReadCache[store.TokenEntry]
 
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
@@ -96,6 +97,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	s.runners.Enable(true)
 	s.installs.Enable(true)
+	s.tokens.Enable(true)
 	s.stopCheckpoints, s.checkpointsDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
 	return s, nil
@@ -318,4 +320,20 @@ func (s *Store) GitHubInstallationByTenantCached(ctx context.Context, tenant str
 		return nil, err
 	}
 	return &in, nil
+}
+
+// APITokenGetCached reads a token and its principal through the cache.
+func (s *Store) APITokenGetCached(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
+	ctx = store.WithSystem(ctx, "token cache")
+	e, err := s.tokens.Get(digest, func() (store.TokenEntry, error) {
+		t, p, err := s.queries.APITokenGetByDigest(ctx, digest)
+		if err != nil {
+			return store.TokenEntry{}, err
+		}
+		return store.TokenEntry{Token: *t, Principal: *p}, nil
+	}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &e.Token, &e.Principal, nil
 }

@@ -56,6 +56,21 @@ func testReadCaches(t *testing.T, s store.Store) {
 	_, err = s.RunnerGetCached(bg(), "rnr_missing")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
+	p := &store.Principal{ID: "prn_cache", Tenant: f.tenant, Kind: "service", Name: "ci", CreatedAt: t0}
+	require.NoError(t, s.PrincipalCreate(bg(), p))
+	tok := &store.APIToken{ID: "tok_cache", PrincipalID: p.ID, Digest: "d-cache", CreatedAt: t0}
+	require.NoError(t, s.APITokenCreate(bg(), tok))
+	gt, gp, err := s.APITokenGetCached(bg(), "d-cache")
+	require.NoError(t, err)
+	require.Nil(t, gt.RevokedAt)
+	require.Equal(t, "ci", gp.Name)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error { return tx.APITokenRevoke(bg(), f.tenant, tok.ID, at(time.Minute)) }))
+	gt, _, err = s.APITokenGetCached(bg(), "d-cache")
+	require.NoError(t, err)
+	require.NotNil(t, gt.RevokedAt, "a revoked token is refused at its next request")
+	_, _, err = s.APITokenGetCached(bg(), "d-unknown")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
 	_, err = s.GitHubInstallationByTenantCached(bg(), f.tenant)
 	require.ErrorIs(t, err, store.ErrNotFound, "a tenant without an installation")
 	in := &store.GitHubInstallation{ID: 4242, Tenant: f.tenant, Account: "acme", AccountType: "Organization",
