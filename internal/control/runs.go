@@ -348,19 +348,38 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 	if err != nil {
 		return nil, "", err
 	}
+	// Two statements for the page, not two per run.
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	atts, err := s.store.AttemptListByRuns(ctx, ids)
+	if err != nil {
+		return nil, "", mapStoreErr(err)
+	}
+	apps, err := s.store.ApprovalListByRuns(ctx, ids)
+	if err != nil {
+		return nil, "", mapStoreErr(err)
+	}
+	byRun := make(map[string]*RunView, len(runs))
 	out := make([]*RunView, 0, len(runs))
 	for _, r := range runs {
-		atts, err := s.store.AttemptListByRun(ctx, r.ID)
-		if err != nil {
-			return nil, "", mapStoreErr(err)
-		}
-		apps, err := s.store.ApprovalListByRun(ctx, r.ID)
-		if err != nil {
-			return nil, "", mapStoreErr(err)
-		}
-		v := &RunView{Run: r, Attempts: atts, Approvals: apps}
-		s.explainWait(ctx, s.store, v)
+		v := &RunView{Run: r}
+		byRun[r.ID] = v
 		out = append(out, v)
+	}
+	for _, a := range atts {
+		if v := byRun[a.RunID]; v != nil {
+			v.Attempts = append(v.Attempts, a)
+		}
+	}
+	for _, a := range apps {
+		if v := byRun[a.RunID]; v != nil {
+			v.Approvals = append(v.Approvals, a)
+		}
+	}
+	for _, v := range out {
+		s.explainWait(ctx, s.store, v)
 	}
 	return out, next, nil
 }

@@ -384,6 +384,9 @@ type Queries interface {
 	ApprovalCreate(ctx context.Context, a *Approval) error
 	// ApprovalListByRun lists a run's verdicts in order.
 	ApprovalListByRun(ctx context.Context, runID string) ([]*Approval, error)
+	// ApprovalListByRuns lists the verdicts of several runs, each run's in
+	// order (one statement for a page of runs).
+	ApprovalListByRuns(ctx context.Context, runIDs []string) ([]*Approval, error)
 
 	// AttemptClaim leases the oldest eligible queued attempt (NotBefore <= now,
 	// BlockedOn empty, tenant and pool equal, labels a subset of the runner's) to the runner in
@@ -407,6 +410,9 @@ type Queries interface {
 	AttemptForCall(ctx context.Context, id string, withRun bool, now *time.Time) (*Attempt, *Run, time.Time, error)
 	// AttemptListByRun lists a run's attempts by number.
 	AttemptListByRun(ctx context.Context, runID string) ([]*Attempt, error)
+	// AttemptListByRuns lists the attempts of several runs, each run's by
+	// number (one statement for a page of runs).
+	AttemptListByRuns(ctx context.Context, runIDs []string) ([]*Attempt, error)
 	// AttemptListExpired lists leased attempts with LeaseExpiresAt <= now,
 	// oldest expiry first. It is a snapshot: callers re-check under a lock.
 	AttemptListExpired(ctx context.Context, p *AttemptListExpiredParams) ([]*Attempt, error)

@@ -20,8 +20,17 @@ func (q *queries) ApprovalCreate(ctx context.Context, a *store.Approval) error {
 }
 
 func (q *queries) ApprovalListByRun(ctx context.Context, runID string) ([]*store.Approval, error) {
-	rows, err := q.db.Query(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
+	return q.approvals(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
 		WHERE run_id = $1 ORDER BY at, approver`, runID)
+}
+
+func (q *queries) ApprovalListByRuns(ctx context.Context, runIDs []string) ([]*store.Approval, error) {
+	return q.approvals(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
+		WHERE run_id = ANY($1) ORDER BY run_id, at, approver`, runIDs)
+}
+
+func (q *queries) approvals(ctx context.Context, sql string, arg any) ([]*store.Approval, error) {
+	rows, err := q.db.Query(ctx, sql, arg)
 	if err != nil {
 		return nil, interpretError(err)
 	}

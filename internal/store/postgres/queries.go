@@ -301,6 +301,10 @@ func (q *queries) AttemptListByRun(ctx context.Context, runID string) ([]*store.
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = $1 ORDER BY number`, runID)
 }
 
+func (q *queries) AttemptListByRuns(ctx context.Context, runIDs []string) ([]*store.Attempt, error) {
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = ANY($1) ORDER BY run_id, number`, runIDs)
+}
+
 func (q *queries) AttemptListExpired(ctx context.Context, p *store.AttemptListExpiredParams) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE state = 'leased' AND lease_expires_at <= `+nowSQL+`

@@ -16,8 +16,17 @@ func (q *queries) ApprovalCreate(ctx context.Context, a *store.Approval) error {
 }
 
 func (q *queries) ApprovalListByRun(ctx context.Context, runID string) ([]*store.Approval, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
+	return q.approvals(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
 		WHERE run_id = ? ORDER BY at, approver`, runID)
+}
+
+func (q *queries) ApprovalListByRuns(ctx context.Context, runIDs []string) ([]*store.Approval, error) {
+	return q.approvals(ctx, `SELECT run_id, approver, verdict, comment, at FROM approvals
+		WHERE run_id IN (SELECT value FROM json_each(?)) ORDER BY run_id, at, approver`, listText(runIDs))
+}
+
+func (q *queries) approvals(ctx context.Context, query string, arg any) ([]*store.Approval, error) {
+	rows, err := q.db.QueryContext(ctx, query, arg)
 	if err != nil {
 		return nil, interpretError(err)
 	}

@@ -279,6 +279,11 @@ func (q *queries) AttemptListByRun(ctx context.Context, runID string) ([]*store.
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = ? ORDER BY number`, runID)
 }
 
+func (q *queries) AttemptListByRuns(ctx context.Context, runIDs []string) ([]*store.Attempt, error) {
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))
+		ORDER BY run_id, number`, listText(runIDs))
+}
+
 func (q *queries) AttemptListExpired(ctx context.Context, p *store.AttemptListExpiredParams) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE state = 'leased' AND lease_expires_at <= coalesce(?, `+nowSQL+`)

@@ -39,3 +39,56 @@ func testAttemptForCall(t *testing.T, s store.Store) {
 	_, _, _, err = s.AttemptForCall(bg(), "att_missing", false, nil)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// testListByRuns: a page's attempts and approvals in one statement each,
+// the same rows as run by run, each run's in its order.
+func testListByRuns(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a1 := f.attempt(t, nil)
+	a2 := f.attempt(t, nil)
+	lone := f.run(t, nil)
+	second := &store.Attempt{ID: a1.ID + "x", RunID: a1.RunID, Tenant: f.tenant, Number: 2, State: store.AttemptQueued,
+		Pool: "default", LeaseTTL: time.Minute, NotBefore: t0, CreatedAt: t0}
+	// The first attempt must end before a second may be live.
+	a1.State = store.AttemptFailed
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		if err := tx.AttemptUpdate(bg(), a1); err != nil {
+			return err
+		}
+		return tx.AttemptCreate(bg(), second)
+	}))
+	for i, who := range []string{"bob", "alice"} {
+		require.NoError(t, s.ApprovalCreate(bg(), &store.Approval{RunID: a2.RunID, Approver: who, Verdict: "approved", At: t0.Add(time.Duration(i) * time.Second)}))
+	}
+	ids := []string{a1.RunID, a2.RunID, lone.ID, "run_missing"}
+	atts, err := s.AttemptListByRuns(bg(), ids)
+	require.NoError(t, err)
+	apps, err := s.ApprovalListByRuns(bg(), ids)
+	require.NoError(t, err)
+	var wantAtts []*store.Attempt
+	var wantApps []*store.Approval
+	for _, id := range ids {
+		l, err := s.AttemptListByRun(bg(), id)
+		require.NoError(t, err)
+		wantAtts = append(wantAtts, l...)
+		ap, err := s.ApprovalListByRun(bg(), id)
+		require.NoError(t, err)
+		wantApps = append(wantApps, ap...)
+	}
+	byRun := func(l []*store.Attempt) map[string][]string {
+		m := map[string][]string{}
+		for _, a := range l {
+			m[a.RunID] = append(m[a.RunID], a.ID)
+		}
+		return m
+	}
+	require.Len(t, atts, 3)
+	require.Equal(t, byRun(wantAtts), byRun(atts))
+	require.Equal(t, []string{a1.ID, second.ID}, byRun(atts)[a1.RunID], "by number")
+	require.Len(t, apps, 2)
+	require.Equal(t, "bob", apps[0].Approver, "in order of time")
+	require.Equal(t, wantApps[0].Approver, apps[0].Approver)
+	none, err := s.AttemptListByRuns(bg(), nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
