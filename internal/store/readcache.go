@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -117,4 +119,97 @@ func (c *ReadCache[V]) Has(key string) bool {
 type TokenEntry struct {
 	Token     APIToken
 	Principal Principal
+}
+
+// Caches are the read caches a store keeps, and the cached reads over its
+// uncached queries.
+type Caches struct {
+	Runners  ReadCache[Runner]
+	Installs ReadCache[GitHubInstallation]
+	Tokens   ReadCache[TokenEntry]
+}
+
+// Enable empties every cache and turns them on or off.
+func (c *Caches) Enable(on bool) {
+	c.Runners.Enable(on)
+	c.Installs.Enable(on)
+	c.Tokens.Enable(on)
+}
+
+// SetMaxAge bounds every cache's entries (see ReadCache.MaxAge).
+func (c *Caches) SetMaxAge(d time.Duration) {
+	c.Runners.MaxAge, c.Installs.MaxAge, c.Tokens.MaxAge = d, d, d
+}
+
+// Runner reads a runner through the cache. Whatever the caller's scope,
+// the entry is the row as it is.
+func (c *Caches) Runner(ctx context.Context, q Queries, id string) (*Runner, error) {
+	ctx = WithSystem(ctx, "runner cache")
+	r, err := c.Runners.Get(id, func() (Runner, error) {
+		r, err := q.RunnerGetByID(ctx, id, false)
+		if err != nil {
+			return Runner{}, err
+		}
+		return *r, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Installation reads a tenant's GitHub installation, or its absence,
+// through the cache.
+func (c *Caches) Installation(ctx context.Context, q Queries, tenant string) (*GitHubInstallation, error) {
+	ctx = WithSystem(ctx, "installation cache")
+	in, err := c.Installs.Get(tenant, func() (GitHubInstallation, error) {
+		in, err := q.GitHubInstallationGetByTenant(ctx, tenant)
+		if err != nil {
+			return GitHubInstallation{}, err
+		}
+		return *in, nil
+	}, func(err error) bool { return errors.Is(err, ErrNotFound) })
+	if err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// Token reads an API token and its principal through the cache.
+func (c *Caches) Token(ctx context.Context, q Queries, digest string) (*APIToken, *Principal, error) {
+	ctx = WithSystem(ctx, "token cache")
+	e, err := c.Tokens.Get(digest, func() (TokenEntry, error) {
+		t, p, err := q.APITokenGetByDigest(ctx, digest)
+		if err != nil {
+			return TokenEntry{}, err
+		}
+		return TokenEntry{Token: *t, Principal: *p}, nil
+	}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &e.Token, &e.Principal, nil
+}
+
+// CachedReads gives a store the cached reads of store.Store over its own
+// queries: embedded, its methods are the store's.
+type CachedReads struct {
+	Caches
+	Q Queries
+}
+
+// RunnerGetCached reads a runner through the cache.
+func (c *CachedReads) RunnerGetCached(ctx context.Context, id string) (*Runner, error) {
+	return c.Runner(ctx, c.Q, id)
+}
+
+// GitHubInstallationByTenantCached reads a tenant's installation, or its
+// absence, through the cache.
+func (c *CachedReads) GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*GitHubInstallation, error) {
+	return c.Installation(ctx, c.Q, tenant)
+}
+
+// APITokenGetCached reads a token and its principal through the cache.
+func (c *CachedReads) APITokenGetCached(ctx context.Context, digest string) (*APIToken, *Principal, error) {
+	return c.Token(ctx, c.Q, digest)
 }

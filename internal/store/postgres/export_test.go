@@ -59,4 +59,4 @@ func TxStringsEach(ctx context.Context, s *Store, sql string, ctxs ...context.Co
 }
 
 // RunnerCached reports whether the store serves the runner from its cache.
-func RunnerCached(s *Store, id string) bool { return s.runners.Has(id) }
+func RunnerCached(s *Store, id string) bool { return s.CachedReads.Runners.Has(id) }

@@ -54,9 +54,7 @@ type Store struct {
 	// a payload naming the row (notifyRunner, notifyInstallation), so that
 	// every server forgets it at the writer's commit; the caches are on
 	// only while the listener is connected.
-	runners  store.ReadCache[store.Runner]
-	installs store.ReadCache[store.GitHubInstallation]
-	tokens   store.ReadCache[store.TokenEntry]
+	store.CachedReads
 }
 
 // cacheMaxAge bounds the staleness of a cached runner or installation
@@ -74,72 +72,18 @@ const (
 func (s *Store) announced(payload string) bool {
 	switch {
 	case strings.HasPrefix(payload, notifyRunner):
-		s.runners.Forget(strings.TrimPrefix(payload, notifyRunner))
+		s.CachedReads.Runners.Forget(strings.TrimPrefix(payload, notifyRunner))
 	case strings.HasPrefix(payload, notifyInstallation):
-		s.installs.Forget(strings.TrimPrefix(payload, notifyInstallation))
+		s.CachedReads.Installs.Forget(strings.TrimPrefix(payload, notifyInstallation))
 	case strings.HasPrefix(payload, notifyToken):
-		s.tokens.Forget(strings.TrimPrefix(payload, notifyToken))
+		s.CachedReads.Tokens.Forget(strings.TrimPrefix(payload, notifyToken))
 	default:
 		return false
 	}
 	return true
 }
 
-func (s *Store) enableCaches(on bool) {
-	s.runners.Enable(on)
-	s.installs.Enable(on)
-	s.tokens.Enable(on)
-}
-
-// APITokenGetCached reads a token and its principal through the cache.
-func (s *Store) APITokenGetCached(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
-	ctx = store.WithSystem(ctx, "token cache")
-	e, err := s.tokens.Get(digest, func() (store.TokenEntry, error) {
-		t, p, err := s.queries.APITokenGetByDigest(ctx, digest)
-		if err != nil {
-			return store.TokenEntry{}, err
-		}
-		return store.TokenEntry{Token: *t, Principal: *p}, nil
-	}, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &e.Token, &e.Principal, nil
-}
-
-// RunnerGetCached reads a runner through the cache.
-func (s *Store) RunnerGetCached(ctx context.Context, id string) (*store.Runner, error) {
-	ctx = store.WithSystem(ctx, "runner cache")
-	r, err := s.runners.Get(id, func() (store.Runner, error) {
-		r, err := s.queries.RunnerGetByID(ctx, id, false)
-		if err != nil {
-			return store.Runner{}, err
-		}
-		return *r, nil
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// GitHubInstallationByTenantCached reads a tenant's installation, or its
-// absence, through the cache.
-func (s *Store) GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
-	// Whatever the caller's scope, the entry is the row as it is.
-	ctx = store.WithSystem(ctx, "installation cache")
-	in, err := s.installs.Get(tenant, func() (store.GitHubInstallation, error) {
-		in, err := s.queries.GitHubInstallationGetByTenant(ctx, tenant)
-		if err != nil {
-			return store.GitHubInstallation{}, err
-		}
-		return *in, nil
-	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) })
-	if err != nil {
-		return nil, err
-	}
-	return &in, nil
-}
+func (s *Store) enableCaches(on bool) { s.CachedReads.Enable(on) }
 
 var _ store.Store = (*Store)(nil)
 
@@ -161,6 +105,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{}), instance: id.Secret(16)}
 	s.queries = queries{db: &scopedDB{db: pool}, s: s}
+	s.CachedReads.Q = &s.queries
 	fail := func(err error) (*Store, error) {
 		pool.Close()
 		return nil, err
@@ -182,7 +127,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return fail(fmt.Errorf("%w: listen: %w", store.ErrUnavailable, err))
 	}
-	s.runners.MaxAge, s.installs.MaxAge, s.tokens.MaxAge = cacheMaxAge, cacheMaxAge, cacheMaxAge
+	s.CachedReads.SetMaxAge(cacheMaxAge)
 	s.enableCaches(true)
 	lctx, cancel := context.WithCancel(context.Background())
 	s.stopListen = cancel

@@ -602,7 +602,7 @@ func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Ti
 	// Only this server reads its cached last-seen time (to touch at most
 	// once a second): the entry is brought up to date, not announced.
 	t = t.UTC()
-	q.s.runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
+	q.s.CachedReads.Runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
 	return nil
 }
 

@@ -31,11 +31,11 @@ func (q *queries) GitHubInstallationGetByTenant(ctx context.Context, tenant stri
 
 func (q *queries) GitHubInstallationPut(ctx context.Context, in *store.GitHubInstallation) error {
 	if in.Tenant != "" {
-		q.changed(func() { q.s.installs.Forget(in.Tenant) })
+		q.changed(func() { q.s.CachedReads.Installs.Forget(in.Tenant) })
 	}
 	defer func() {
 		tenant := in.Tenant // the row's, as RETURNING gave it
-		q.changed(func() { q.s.installs.Forget(tenant) })
+		q.changed(func() { q.s.CachedReads.Installs.Forget(tenant) })
 	}()
 	return interpretError(q.db.QueryRowContext(ctx, `INSERT INTO github_installations (`+ghInstallationCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), coalesce(?, `+nowSQL+`))

@@ -129,7 +129,7 @@ func (q *queries) APITokenRevoke(ctx context.Context, tenant, tokenID string, no
 	if err != nil {
 		return interpretError(err)
 	}
-	q.changed(func() { q.s.tokens.Forget(digest) })
+	q.changed(func() { q.s.CachedReads.Tokens.Forget(digest) })
 	return nil
 }
 
@@ -576,12 +576,12 @@ func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Ti
 	}
 	// Only this process reads the cached last-seen time (to touch at most
 	// once a second), so the entry is kept and brought up to date.
-	q.s.runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
+	q.s.CachedReads.Runners.Update(runnerID, func(r *store.Runner) { r.LastSeenAt = &t })
 	return nil
 }
 
 func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
-	q.changed(func() { q.s.runners.Forget(r.ID) })
+	q.changed(func() { q.s.CachedReads.Runners.Forget(r.ID) })
 	return q.exec1(ctx, `UPDATE runners SET status = ?, public_key = ?, key_fingerprint = ?, labels = ? WHERE id = ?`,
 		r.Status, r.PublicKey, r.KeyFingerprint, listText(r.Labels), r.ID)
 }

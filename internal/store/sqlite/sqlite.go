@@ -51,9 +51,7 @@ type Store struct {
 	// runners and installs cache rows read on every request (see
 	// store.ReadCache). This process is the file's only writer, so its own
 	// writes are all the invalidation they need.
-	runners  store.ReadCache[store.Runner]
-	installs store.ReadCache[store.GitHubInstallation]
-	tokens   store.ReadCache[store.TokenEntry]
+	store.CachedReads
 
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
@@ -86,6 +84,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1), wake: make(chan struct{})}
 	s.queries = queries{db: cachedDB{c: s.stmts, db: db}, s: s}
+	s.CachedReads.Q = &s.queries
 	if s.writer, err = db.Conn(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -95,9 +94,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s.runners.Enable(true)
-	s.installs.Enable(true)
-	s.tokens.Enable(true)
+	s.CachedReads.Enable(true)
 	s.stopCheckpoints, s.checkpointsDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
 	return s, nil
@@ -286,54 +283,4 @@ func interpretError(err error) error {
 func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
-}
-
-// RunnerGetCached reads a runner through the cache.
-func (s *Store) RunnerGetCached(ctx context.Context, id string) (*store.Runner, error) {
-	ctx = store.WithSystem(ctx, "runner cache")
-	r, err := s.runners.Get(id, func() (store.Runner, error) {
-		r, err := s.queries.RunnerGetByID(ctx, id, false)
-		if err != nil {
-			return store.Runner{}, err
-		}
-		return *r, nil
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// GitHubInstallationByTenantCached reads a tenant's installation, or its
-// absence, through the cache.
-func (s *Store) GitHubInstallationByTenantCached(ctx context.Context, tenant string) (*store.GitHubInstallation, error) {
-	// Whatever the caller's scope, the entry is the row as it is.
-	ctx = store.WithSystem(ctx, "installation cache")
-	in, err := s.installs.Get(tenant, func() (store.GitHubInstallation, error) {
-		in, err := s.queries.GitHubInstallationGetByTenant(ctx, tenant)
-		if err != nil {
-			return store.GitHubInstallation{}, err
-		}
-		return *in, nil
-	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) })
-	if err != nil {
-		return nil, err
-	}
-	return &in, nil
-}
-
-// APITokenGetCached reads a token and its principal through the cache.
-func (s *Store) APITokenGetCached(ctx context.Context, digest string) (*store.APIToken, *store.Principal, error) {
-	ctx = store.WithSystem(ctx, "token cache")
-	e, err := s.tokens.Get(digest, func() (store.TokenEntry, error) {
-		t, p, err := s.queries.APITokenGetByDigest(ctx, digest)
-		if err != nil {
-			return store.TokenEntry{}, err
-		}
-		return store.TokenEntry{Token: *t, Principal: *p}, nil
-	}, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &e.Token, &e.Principal, nil
 }
