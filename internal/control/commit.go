@@ -58,10 +58,13 @@ const (
 )
 
 type commitOp struct {
-	ctx  context.Context
-	fn   func(tx store.Tx) error
-	err  error
-	done chan struct{}
+	ctx context.Context
+	fn  func(tx store.Tx) error
+	// nonce, instead of fn: a signed request's nonce, inserted with the
+	// group's other nonces in one statement before its bodies run.
+	nonce *store.Nonce
+	err   error
+	done  chan struct{}
 }
 
 func (o *commitOp) finish(err error) {
@@ -116,7 +119,19 @@ func (c *committer) do(ctx context.Context, fn func(tx store.Tx) error) error {
 	if c.max == 1 {
 		return c.st.InTx(ctx, fn)
 	}
-	o := &commitOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	return c.enqueue(&commitOp{ctx: ctx, fn: fn, done: make(chan struct{})})
+}
+
+// doNonce records a nonce in a group transaction; ErrAlreadyExists when it
+// is known, or when another call of the same group had it first.
+func (c *committer) doNonce(ctx context.Context, n store.Nonce) error {
+	if c.max == 1 {
+		return c.st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, n.RunnerID, n.Nonce, n.ExpiresAt) })
+	}
+	return c.enqueue(&commitOp{ctx: ctx, nonce: &n, done: make(chan struct{})})
+}
+
+func (c *committer) enqueue(o *commitOp) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, o)
 	if c.running < c.workers {
@@ -162,24 +177,53 @@ func (c *committer) work() {
 	}
 }
 
-// errBodyFailed stops a group transaction at the first failing body.
-var errBodyFailed = errors.New("a body of the group failed")
+// errBodyFailed stops a group transaction at the first failing body;
+// errNoncesFailed, at its nonces' statement.
+var (
+	errBodyFailed   = errors.New("a body of the group failed")
+	errNoncesFailed = errors.New("the group's nonces could not be recorded")
+)
 
 func (c *committer) group(ops []*commitOp) {
-	switch len(ops) {
-	case 0:
-		return
-	case 1:
-		c.count(1)
-		ops[0].finish(c.st.InTx(ops[0].ctx, ops[0].fn))
+	if len(ops) == 0 {
 		return
 	}
+	// A group's nonces go in one statement ahead of its bodies: a body never
+	// depends on another call's nonce, and one statement for all of them
+	// spares the writer one per signed request.
+	var nonces []*commitOp
+	var bodies []*commitOp
+	for _, o := range ops {
+		if o.nonce != nil {
+			nonces = append(nonces, o)
+		} else {
+			bodies = append(bodies, o)
+		}
+	}
+	if len(nonces) == 0 && len(bodies) == 1 {
+		c.count(1)
+		bodies[0].finish(c.st.InTx(bodies[0].ctx, bodies[0].fn))
+		return
+	}
+	list := make([]store.Nonce, len(nonces))
+	for i, o := range nonces {
+		list[i] = *o.nonce
+	}
+	var fresh []bool
 	failed, ferr := -1, error(nil)
 	bt := &batchTx{}
 	err := c.st.InTx(context.WithoutCancel(ops[0].ctx), func(tx store.Tx) error {
-		failed, ferr = -1, nil
+		failed, ferr, fresh = -1, nil, nil
 		bt.reset(tx)
-		for i, o := range ops {
+		if len(list) > 0 {
+			var err error
+			// The runners of a group's nonces may be of several tenants,
+			// and every signature was verified before its nonce got here.
+			if fresh, err = tx.NonceInsertMany(store.WithSystem(context.WithoutCancel(ops[0].ctx), "nonces"), list); err != nil {
+				return fmt.Errorf("%w: %w", errNoncesFailed, err)
+			}
+		}
+		for i, o := range bodies {
 			if err := o.fn(bt); err != nil {
 				failed, ferr = i, err
 				// Wrapped so that InTx still retries the whole group on a
@@ -192,20 +236,34 @@ func (c *committer) group(ops []*commitOp) {
 	switch {
 	case err == nil:
 		c.count(len(ops))
-		for _, o := range ops {
+		for i, o := range nonces {
+			if fresh[i] {
+				o.finish(nil)
+			} else {
+				o.finish(store.ErrAlreadyExists)
+			}
+		}
+		for _, o := range bodies {
 			o.finish(nil)
 		}
+	case errors.Is(err, errNoncesFailed) && len(bodies) > 0:
+		// The nonces' statement failed: each gets that error, and the bodies
+		// go on without them.
+		for _, o := range nonces {
+			o.finish(err)
+		}
+		c.group(bodies)
 	case failed < 0 || !errors.Is(err, errBodyFailed):
-		// The commit (or a retry of the whole group) failed: every body
+		// The commit (or a retry of the whole group) failed: every call
 		// shares that outcome.
 		c.count(len(ops))
 		for _, o := range ops {
 			o.finish(err)
 		}
 	default:
-		c.group(ops[:failed])
-		ops[failed].finish(ferr)
-		c.group(ops[failed+1:])
+		c.group(append(nonces, bodies[:failed]...))
+		bodies[failed].finish(ferr)
+		c.group(bodies[failed+1:])
 	}
 }
 
@@ -296,7 +354,7 @@ type authStore struct {
 }
 
 func (a authStore) NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error {
-	return a.c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, runnerID, nonce, expiresAt) })
+	return a.c.doNonce(ctx, store.Nonce{RunnerID: runnerID, Nonce: nonce, ExpiresAt: expiresAt})
 }
 
 func (a authStore) RunnerTouch(ctx context.Context, id string, now *time.Time) error {

@@ -96,6 +96,61 @@ func TestGroupCommit(t *testing.T) {
 	})
 }
 
+// TestGroupCommitNonces: a group's nonces go in one statement ahead of its
+// bodies; a replay in the same group is refused, and a failing body neither
+// loses the nonces nor records them twice.
+func TestGroupCommitNonces(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+		c := newCommitter(g, 0)
+		c.workers = 1
+		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		nonce := func(n string) func() error {
+			return func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_gn", Nonce: n, ExpiresAt: exp}) }
+		}
+		boom := errors.New("body refused")
+		calls := []func() error{
+			nonce("first"), // occupies the worker
+			nonce("a"),
+			func() error {
+				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "b", exp) })
+			},
+			func() error { return c.do(ctx, func(store.Tx) error { return boom }) },
+			nonce("a"), // a replay of call 1, in the same group
+			nonce("c"),
+			func() error {
+				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "d", exp) })
+			},
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(calls))
+		wg.Go(func() { errs[0] = calls[0]() })
+		<-g.entered
+		for i := 1; i < len(calls); i++ {
+			wg.Go(func() { errs[i] = calls[i]() })
+			require.Eventually(t, func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return len(c.queue) == i
+			}, 10*time.Second, time.Millisecond)
+		}
+		close(g.release)
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.NoError(t, errs[2])
+		require.ErrorIs(t, errs[3], boom)
+		require.ErrorIs(t, errs[4], store.ErrAlreadyExists, "the replay in the same group")
+		require.NoError(t, errs[5])
+		require.NoError(t, errs[6])
+		for _, n := range []string{"first", "a", "b", "c", "d"} {
+			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", n, exp) })
+			require.ErrorIs(t, err, store.ErrAlreadyExists, "nonce %s was not committed", n)
+		}
+	})
+}
+
 // TestGroupCommitFailedCommit: when the group's transaction itself fails,
 // every call of the group gets the error.
 func TestGroupCommitFailedCommit(t *testing.T) {

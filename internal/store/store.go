@@ -480,6 +480,10 @@ type Queries interface {
 
 	// NonceInsert records a runner's nonce; ErrAlreadyExists when it is known.
 	NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error
+	// NonceInsertMany records several nonces in one statement and reports,
+	// for each, whether it was new. Of duplicates within the list only the
+	// first can be new.
+	NonceInsertMany(ctx context.Context, nonces []Nonce) ([]bool, error)
 	// NoncePurge deletes nonces that expired before now.
 	NoncePurge(ctx context.Context, now *time.Time) (int, error)
 
@@ -665,4 +669,26 @@ type ScheduleQueries interface {
 	ScheduleInsert(ctx context.Context, s *Schedule) error
 	// ScheduleList lists a tenant's schedules by channel and job.
 	ScheduleList(ctx context.Context, tenant string) ([]*Schedule, error)
+}
+
+// Nonce is a signed request's nonce, for NonceInsertMany.
+type Nonce struct {
+	RunnerID  string
+	Nonce     string
+	ExpiresAt time.Time
+}
+
+// NonceNew maps the rows a batch insert returned as new (keys runner+"\x00"+
+// nonce) to one flag per requested nonce: the first occurrence of a key that
+// was inserted is new, every other occurrence is not.
+func NonceNew(nonces []Nonce, inserted map[string]bool) []bool {
+	out := make([]bool, len(nonces))
+	for i, n := range nonces {
+		k := n.RunnerID + "\x00" + n.Nonce
+		if inserted[k] {
+			out[i] = true
+			delete(inserted, k)
+		}
+	}
+	return out
 }

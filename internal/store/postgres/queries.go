@@ -406,6 +406,37 @@ func (q *queries) LogList(ctx context.Context, p *store.LogListParams) ([]*store
 
 // ---- nonces, clock ----
 
+func (q *queries) NonceInsertMany(ctx context.Context, nonces []store.Nonce) ([]bool, error) {
+	if len(nonces) == 0 {
+		return nil, nil
+	}
+	runners := make([]string, len(nonces))
+	values := make([]string, len(nonces))
+	expires := make([]time.Time, len(nonces))
+	for i, n := range nonces {
+		runners[i], values[i], expires[i] = n.RunnerID, n.Nonce, n.ExpiresAt
+	}
+	rows, err := q.db.Query(ctx, `INSERT INTO nonces (runner_id, nonce, expires_at)
+		SELECT r, n, e FROM unnest($1::text[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS u(r, n, e, i) ORDER BY i
+		ON CONFLICT DO NOTHING RETURNING runner_id, nonce`, runners, values, expires)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	inserted := map[string]bool{}
+	for rows.Next() {
+		var r, n string
+		if err := rows.Scan(&r, &n); err != nil {
+			return nil, interpretError(err)
+		}
+		inserted[r+"\x00"+n] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	return store.NonceNew(nonces, inserted), nil
+}
+
 func (q *queries) NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error {
 	tag, err := q.db.Exec(ctx, `INSERT INTO nonces (runner_id, nonce, expires_at) VALUES ($1, $2, $3)
 		ON CONFLICT DO NOTHING`, runnerID, nonce, expiresAt)

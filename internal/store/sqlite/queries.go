@@ -381,6 +381,46 @@ func (q *queries) LogList(ctx context.Context, p *store.LogListParams) ([]*store
 
 // ---- nonces, clock ----
 
+func (q *queries) NonceInsertMany(ctx context.Context, nonces []store.Nonce) ([]bool, error) {
+	if len(nonces) == 0 {
+		return nil, nil
+	}
+	type row struct {
+		R string `json:"r"`
+		N string `json:"n"`
+		E int64  `json:"e"`
+	}
+	rows := make([]row, len(nonces))
+	for i, n := range nonces {
+		rows[i] = row{R: n.RunnerID, N: n.Nonce, E: n.ExpiresAt.UnixMicro()}
+	}
+	body, err := json.Marshal(rows)
+	if err != nil {
+		return nil, err
+	}
+	// "WHERE true" lets SQLite's parser tell the upsert clause from a join.
+	res, err := q.db.QueryContext(ctx, `INSERT INTO nonces (runner_id, nonce, expires_at)
+		SELECT json_extract(j.value, '$.r'), json_extract(j.value, '$.n'), json_extract(j.value, '$.e')
+		FROM json_each(?) AS j WHERE true ORDER BY j.key
+		ON CONFLICT DO NOTHING RETURNING runner_id, nonce`, string(body))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer res.Close()
+	inserted := map[string]bool{}
+	for res.Next() {
+		var r, n string
+		if err := res.Scan(&r, &n); err != nil {
+			return nil, interpretError(err)
+		}
+		inserted[r+"\x00"+n] = true
+	}
+	if err := res.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	return store.NonceNew(nonces, inserted), nil
+}
+
 func (q *queries) NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error {
 	res, err := q.db.ExecContext(ctx, `INSERT INTO nonces (runner_id, nonce, expires_at) VALUES (?, ?, ?)
 		ON CONFLICT DO NOTHING`, runnerID, nonce, expiresAt.UnixMicro())

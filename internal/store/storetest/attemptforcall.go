@@ -92,3 +92,29 @@ func testListByRuns(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// testNonceInsertMany: one statement for a group's nonces; a nonce already
+// known, and every repeat within the batch after the first, is not new.
+func testNonceInsertMany(t *testing.T, s store.Store) {
+	exp := t0.Add(time.Hour)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error { return tx.NonceInsert(bg(), "rnr_a", "known", exp) }))
+	var got []bool
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		var err error
+		got, err = tx.NonceInsertMany(bg(), []store.Nonce{
+			{RunnerID: "rnr_a", Nonce: "n1", ExpiresAt: exp},
+			{RunnerID: "rnr_a", Nonce: "known", ExpiresAt: exp},
+			{RunnerID: "rnr_b", Nonce: "n1", ExpiresAt: exp}, // another runner's
+			{RunnerID: "rnr_a", Nonce: "n1", ExpiresAt: exp}, // a replay in the same batch
+			{RunnerID: "rnr_a", Nonce: "n2", ExpiresAt: exp},
+		})
+		return err
+	}))
+	require.Equal(t, []bool{true, false, true, false, true}, got)
+	require.ErrorIs(t, s.InTx(bg(), func(tx store.Tx) error { return tx.NonceInsert(bg(), "rnr_a", "n2", exp) }), store.ErrAlreadyExists)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		l, err := tx.NonceInsertMany(bg(), nil)
+		require.Empty(t, l)
+		return err
+	}))
+}
