@@ -48,9 +48,9 @@ type Store struct {
 
 	commits atomic.Int64
 
-	// runners and installs cache rows read on every request (see
-	// store.ReadCache). This process is the file's only writer, so its own
-	// writes are all the invalidation they need.
+	// The cached reads (see store.ReadCache): this process should be the
+	// file's only writer, whose own writes are all the invalidation they
+	// need; MaxAge covers another process writing the file anyway.
 	store.CachedReads
 
 	stopCheckpoints chan struct{}
@@ -94,6 +94,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	// A second process on the same file (no server should be one; tests'
+	// client processes are) has no way to announce its changes: none is
+	// missed for longer than this.
+	s.CachedReads.SetMaxAge(2 * time.Second)
 	s.CachedReads.Enable(true)
 	s.stopCheckpoints, s.checkpointsDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
