@@ -253,6 +253,13 @@ func (c *committer) group(ops []*commitOp) {
 			o.finish(err)
 		}
 		c.group(bodies)
+	case errors.Is(err, store.ErrContention) && len(ops) > 1:
+		// The group kept deadlocking with other transactions: each body
+		// takes its locks in a consistent order, a group of them does not.
+		// Nothing was committed; each call runs again on its own.
+		for _, o := range ops {
+			c.group([]*commitOp{o})
+		}
 	case failed < 0 || !errors.Is(err, errBodyFailed):
 		// The commit (or a retry of the whole group) failed: every call
 		// shares that outcome.

@@ -170,6 +170,55 @@ func TestGroupCommitFailedCommit(t *testing.T) {
 	}
 }
 
+// TestGroupCommitContentionSplits: a group that kept deadlocking with other
+// transactions is run again call by call; no call sees the contention.
+func TestGroupCommitContentionSplits(t *testing.T) {
+	ctx := context.Background()
+	st := testdb.SQLite(t)
+	f := &contendedStore{Store: st}
+	c := newCommitter(f, 0)
+	exp := time.Now().Add(time.Hour).UTC()
+	var ran []string
+	ops := []*commitOp{
+		{ctx: ctx, nonce: &store.Nonce{RunnerID: "rnr_ct", Nonce: "n1", ExpiresAt: exp}, done: make(chan struct{})},
+		{ctx: ctx, fn: func(store.Tx) error { ran = append(ran, "a"); return nil }, done: make(chan struct{})},
+		{ctx: ctx, fn: func(store.Tx) error { ran = append(ran, "b"); return nil }, done: make(chan struct{})},
+	}
+	c.group(ops)
+	for i, o := range ops {
+		<-o.done
+		require.NoError(t, o.err, "call %d", i)
+	}
+	require.Equal(t, 4, f.calls, "the group once, then each call alone")
+	require.Equal(t, []string{"a", "b", "a", "b"}, ran[len(ran)-4:], "the bodies ran in the group, then alone")
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_ct", "n1", exp) })
+	require.ErrorIs(t, err, store.ErrAlreadyExists, "the nonce was recorded once it ran alone")
+}
+
+// contendedStore fails its first transaction as InTx does after its last
+// retry of a deadlock.
+type contendedStore struct {
+	store.Store
+	calls int
+}
+
+func (s *contendedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	s.calls++
+	if s.calls == 1 {
+		err := s.Store.InTx(ctx, func(tx store.Tx) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return errors.New("roll back")
+		})
+		if err.Error() != "roll back" {
+			return err
+		}
+		return fmt.Errorf("%w: deadlock detected", store.ErrContention)
+	}
+	return s.Store.InTx(ctx, fn)
+}
+
 type failingStore struct {
 	store.Store
 	err error

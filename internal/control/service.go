@@ -184,7 +184,7 @@ func mapStoreErr(err error) error {
 		return err
 	case errors.Is(err, store.ErrCommitUnknown):
 		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention):
 		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err

@@ -18,6 +18,10 @@ var (
 	ErrCommitUnknown = errors.New("commit outcome unknown")
 	// ErrUnavailable: the database could not be reached.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrContention: InTx kept failing on conflicts with other transactions
+	// (deadlocks, serialization failures, a busy SQLite file) and gave up;
+	// nothing of the transaction was committed.
+	ErrContention = errors.New("transaction conflicted with others, rolled back")
 )
 
 // RunState is the state of a run.

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"time"
 
@@ -16,24 +15,6 @@ import (
 // force releases of one key are serialized, the holds a locked key's writer
 // reads cannot change under it, and a waiter that records BlockedOn while it
 // still holds the row lock cannot miss the release that follows.
-
-// sortedLeaseKeys returns the keys sorted by Key, one per key (the first
-// given), with a Limit below 1 read as 1.
-func sortedLeaseKeys(in []store.LeaseKey) []store.LeaseKey {
-	keys := append([]store.LeaseKey(nil), in...)
-	sort.SliceStable(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
-	out := keys[:0]
-	for _, k := range keys {
-		if len(out) > 0 && out[len(out)-1].Key == k.Key {
-			continue
-		}
-		if k.Limit < 1 {
-			k.Limit = 1
-		}
-		out = append(out, k)
-	}
-	return out
-}
 
 // leaseHoldCols reads a hold joined with its attempt (l: leases, a: attempts).
 const leaseHoldCols = `l.tenant, l.key, l.slot, l.run_id, l.attempt_id, coalesce(a.runner_id, ''), l.fencing_token,
@@ -80,7 +61,7 @@ func (q *queries) unblockWaiters(ctx context.Context, tenant, key string) error 
 }
 
 func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) ([]store.LeaseHold, string, error) {
-	keys := sortedLeaseKeys(p.Keys)
+	keys := store.SortedLeaseKeys(p.Keys)
 	if len(keys) == 0 {
 		return nil, "", nil
 	}

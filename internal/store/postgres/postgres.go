@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,8 +35,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	channel string
 
-	mu   sync.Mutex
-	wake chan struct{}
+	wake store.WakeSignal
 
 	stopListen context.CancelFunc
 	listenDone chan struct{}
@@ -103,7 +101,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	s := &Store{pool: pool, wake: make(chan struct{}), listenDone: make(chan struct{}), instance: id.Secret(16)}
+	s := &Store{pool: pool, listenDone: make(chan struct{}), instance: id.Secret(16)}
 	s.queries = queries{db: &scopedDB{db: pool}, s: s}
 	s.CachedReads.Q = &s.queries
 	fail := func(err error) (*Store, error) {
@@ -258,6 +256,9 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	const maxTries = 5
 	for try := 1; ; try++ {
 		err := s.tryTx(ctx, fn)
+		if err != nil && try >= maxTries && retryable(err) {
+			return fmt.Errorf("%w: %w", store.ErrContention, err)
+		}
 		if err == nil || try >= maxTries || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -318,19 +319,10 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// Wake returns the channel the next notification closes.
-func (s *Store) Wake() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.wake
-}
+// Wake returns the channel the next wake-up closes.
+func (s *Store) Wake() <-chan struct{} { return s.wake.Wake() }
 
-func (s *Store) broadcast() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	close(s.wake)
-	s.wake = make(chan struct{})
-}
+func (s *Store) broadcast() { s.wake.Broadcast() }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {

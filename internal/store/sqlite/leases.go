@@ -12,24 +12,6 @@ import (
 // "locks" of the contract are implicit here: reads and writes of one
 // transaction see one stable state of every key.
 
-// sortedLeaseKeys returns the keys sorted by Key, one per key (the first
-// given), with a Limit below 1 read as 1.
-func sortedLeaseKeys(in []store.LeaseKey) []store.LeaseKey {
-	keys := append([]store.LeaseKey(nil), in...)
-	sort.SliceStable(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
-	out := keys[:0]
-	for _, k := range keys {
-		if len(out) > 0 && out[len(out)-1].Key == k.Key {
-			continue
-		}
-		if k.Limit < 1 {
-			k.Limit = 1
-		}
-		out = append(out, k)
-	}
-	return out
-}
-
 // leaseHoldCols reads a hold joined with its attempt (l: leases, a: attempts).
 const leaseHoldCols = `l.tenant, l.key, l.slot, l.run_id, l.attempt_id, coalesce(a.runner_id, ''), l.fencing_token,
 	l.acquired_at, a.lease_expires_at`
@@ -66,7 +48,7 @@ func (q *queries) unblockWaiters(ctx context.Context, tenant, key string) error 
 }
 
 func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams) ([]store.LeaseHold, string, error) {
-	keys := sortedLeaseKeys(p.Keys)
+	keys := store.SortedLeaseKeys(p.Keys)
 	if len(keys) == 0 {
 		return nil, "", nil
 	}

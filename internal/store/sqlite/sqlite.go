@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +42,7 @@ type Store struct {
 	// stale and read the pages again.
 	writer *sql.Conn
 
-	mu   sync.Mutex
-	wake chan struct{}
+	wake store.WakeSignal
 
 	commits atomic.Int64
 
@@ -82,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// spent 5 % of its CPU in sqlite3_prepare. All are kept.
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1), wake: make(chan struct{})}
+	s := &Store{db: db, stmts: &stmtCache{db: db}, gate: make(chan struct{}, 1)}
 	s.queries = queries{db: cachedDB{c: s.stmts, db: db}, s: s}
 	s.CachedReads.Q = &s.queries
 	if s.writer, err = db.Conn(ctx); err != nil {
@@ -227,6 +225,9 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 			}
 			return nil
 		}
+		if try >= maxTries && isBusy(err) {
+			return fmt.Errorf("%w: %w", store.ErrContention, err)
+		}
 		if try >= maxTries || !isBusy(err) || ctx.Err() != nil {
 			return err
 		}
@@ -234,19 +235,10 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
-// Wake returns the channel the next WakeClaimers closes.
-func (s *Store) Wake() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.wake
-}
+// Wake returns the channel the next wake-up closes.
+func (s *Store) Wake() <-chan struct{} { return s.wake.Wake() }
 
-func (s *Store) broadcast() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	close(s.wake)
-	s.wake = make(chan struct{})
-}
+func (s *Store) broadcast() { s.wake.Broadcast() }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
