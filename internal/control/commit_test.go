@@ -37,6 +37,32 @@ func (g *gatedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error
 	return g.Store.InTx(ctx, fn)
 }
 
+// runQueued starts calls[0], which g holds in its transaction, then queues
+// the others behind it one at a time (so that the queue's order is the
+// calls' order), calls held with the errors so far, releases g and returns
+// every call's error.
+func runQueued(t *testing.T, c *committer, g *gatedStore, calls []func() error, held func(errs []error)) []error {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(calls))
+	wg.Go(func() { errs[0] = calls[0]() })
+	<-g.entered
+	for i := 1; i < len(calls); i++ {
+		wg.Go(func() { errs[i] = calls[i]() })
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.queue) == i
+		}, 10*time.Second, time.Millisecond)
+	}
+	if held != nil {
+		held(errs)
+	}
+	close(g.release)
+	wg.Wait()
+	return errs
+}
+
 // TestGroupCommit checks the committer's contract on both stores: calls
 // waiting together share one transaction; a failing call gets its own error
 // while the others commit; nobody is answered before the commit.
@@ -49,32 +75,21 @@ func TestGroupCommit(t *testing.T) {
 		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 
 		// The first call occupies the only worker; the next five queue.
-		var wg sync.WaitGroup
-		errs := make([]error, 6)
-		wg.Go(func() {
-			errs[0] = c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", "n0", exp) })
+		calls := make([]func() error, 6)
+		for i := range calls {
+			nonce := fmt.Sprintf("n%d", i)
+			if i == 3 {
+				nonce = "n1" // a replay of call 1's nonce: refused
+			}
+			calls[i] = func() error {
+				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", nonce, exp) })
+			}
+		}
+		errs := runQueued(t, c, g, calls, func(errs []error) {
+			for i := 1; i < 6; i++ {
+				require.Nil(t, errs[i], "call %d was answered before its transaction ran", i)
+			}
 		})
-		<-g.entered
-		for i := 1; i < 6; i++ {
-			wg.Go(func() {
-				nonce := fmt.Sprintf("n%d", i)
-				if i == 3 {
-					nonce = "n1" // a replay of call 1's nonce: refused
-				}
-				errs[i] = c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", nonce, exp) })
-			})
-			// One at a time, so that the queue's order is the calls' order.
-			require.Eventually(t, func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return len(c.queue) == i
-			}, 10*time.Second, time.Millisecond)
-		}
-		for i := 1; i < 6; i++ {
-			require.Nil(t, errs[i], "call %d was answered before its transaction ran", i)
-		}
-		close(g.release)
-		wg.Wait()
 
 		for i, err := range errs {
 			if i == 3 {
@@ -123,20 +138,7 @@ func TestGroupCommitNonces(t *testing.T) {
 				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "d", exp) })
 			},
 		}
-		var wg sync.WaitGroup
-		errs := make([]error, len(calls))
-		wg.Go(func() { errs[0] = calls[0]() })
-		<-g.entered
-		for i := 1; i < len(calls); i++ {
-			wg.Go(func() { errs[i] = calls[i]() })
-			require.Eventually(t, func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return len(c.queue) == i
-			}, 10*time.Second, time.Millisecond)
-		}
-		close(g.release)
-		wg.Wait()
+		errs := runQueued(t, c, g, calls, nil)
 		require.NoError(t, errs[0])
 		require.NoError(t, errs[1])
 		require.NoError(t, errs[2])

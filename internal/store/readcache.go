@@ -145,50 +145,48 @@ func (c *Caches) SetMaxAge(d time.Duration) {
 // the entry is the row as it is.
 func (c *Caches) Runner(ctx context.Context, q Queries, id string) (*Runner, error) {
 	ctx = WithSystem(ctx, "runner cache")
-	r, err := c.Runners.Get(id, func() (Runner, error) {
-		r, err := q.RunnerGetByID(ctx, id, false)
-		if err != nil {
-			return Runner{}, err
-		}
-		return *r, nil
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return c.Runners.getRow(id, func() (*Runner, error) { return q.RunnerGetByID(ctx, id, false) }, nil)
 }
 
 // Installation reads a tenant's GitHub installation, or its absence,
 // through the cache.
 func (c *Caches) Installation(ctx context.Context, q Queries, tenant string) (*GitHubInstallation, error) {
 	ctx = WithSystem(ctx, "installation cache")
-	in, err := c.Installs.Get(tenant, func() (GitHubInstallation, error) {
-		in, err := q.GitHubInstallationGetByTenant(ctx, tenant)
-		if err != nil {
-			return GitHubInstallation{}, err
-		}
-		return *in, nil
-	}, func(err error) bool { return errors.Is(err, ErrNotFound) })
-	if err != nil {
-		return nil, err
-	}
-	return &in, nil
+	return c.Installs.getRow(tenant, func() (*GitHubInstallation, error) { return q.GitHubInstallationGetByTenant(ctx, tenant) },
+		func(err error) bool { return errors.Is(err, ErrNotFound) })
 }
 
 // Token reads an API token and its principal through the cache.
 func (c *Caches) Token(ctx context.Context, q Queries, digest string) (*APIToken, *Principal, error) {
 	ctx = WithSystem(ctx, "token cache")
-	e, err := c.Tokens.Get(digest, func() (TokenEntry, error) {
+	e, err := c.Tokens.getRow(digest, func() (*TokenEntry, error) {
 		t, p, err := q.APITokenGetByDigest(ctx, digest)
 		if err != nil {
-			return TokenEntry{}, err
+			return nil, err
 		}
-		return TokenEntry{Token: *t, Principal: *p}, nil
+		return &TokenEntry{Token: *t, Principal: *p}, nil
 	}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	return &e.Token, &e.Principal, nil
+}
+
+// getRow is Get for a load that returns a row by pointer: the cache keeps a
+// copy, and each caller gets a copy of its own.
+func (c *ReadCache[V]) getRow(key string, load func() (*V, error), keep func(error) bool) (*V, error) {
+	v, err := c.Get(key, func() (V, error) {
+		p, err := load()
+		if err != nil {
+			var zero V
+			return zero, err
+		}
+		return *p, nil
+	}, keep)
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // CachedReads gives a store the cached reads of store.Store over its own

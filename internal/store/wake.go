@@ -1,10 +1,6 @@
 package store
 
-import (
-	"slices"
-	"sort"
-	"sync"
-)
+import "sync"
 
 // WakeSignal is a store's Wake channel: closed at each Broadcast and
 // replaced by a fresh one. The zero value is ready to use.
@@ -31,23 +27,4 @@ func (w *WakeSignal) Broadcast() {
 		close(w.ch)
 	}
 	w.ch = make(chan struct{})
-}
-
-// SortedLeaseKeys returns the keys sorted by Key, one per key (the first
-// given), with a Limit below 1 read as 1: the order in which both stores
-// take a run's keys, so that two acquirers never wait on each other.
-func SortedLeaseKeys(in []LeaseKey) []LeaseKey {
-	keys := slices.Clone(in)
-	sort.SliceStable(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
-	out := keys[:0]
-	for _, k := range keys {
-		if len(out) > 0 && out[len(out)-1].Key == k.Key {
-			continue
-		}
-		if k.Limit < 1 {
-			k.Limit = 1
-		}
-		out = append(out, k)
-	}
-	return out
 }
