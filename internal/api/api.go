@@ -70,7 +70,7 @@ func New(cfg Config) *Handler {
 
 	m.HandleFunc("POST /v1/runner/register", h.register)
 	for path, fn := range h.signedRoutes() {
-		m.HandleFunc("POST "+path, h.signed(fn))
+		m.HandleFunc("POST "+path, h.signed(fn, deferredNonce[path]))
 	}
 
 	m.HandleFunc("POST /v1/runs", h.user(h.createRun))
@@ -196,15 +196,32 @@ func (h *Handler) job(fn func(http.ResponseWriter, *http.Request, *control.RunCa
 // looksLikeJWS tells run tokens (compact JWS) from API tokens (jpt_…).
 func looksLikeJWS(tok string) bool { return strings.Count(tok, ".") == 2 }
 
-func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.SignedCall)) http.HandlerFunc {
+// deferredNonce lists the hot signed routes that record their nonce in the
+// first transaction they commit (authn.VerifyRunnerDeferred) rather than in
+// one of its own: a run's claim, renewals, log chunks and result. Every
+// write these routes make before that goes through the group committer or
+// Service.inTx, which record it; an answer they write without one records
+// it first (nonceGate).
+var deferredNonce = map[string]bool{
+	"/v1/runner/claim":          true,
+	"/v1/runner/attempt/renew":  true,
+	"/v1/runner/attempt/logs":   true,
+	"/v1/runner/attempt/result": true,
+}
+
+func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.SignedCall), deferNonce bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		call, err := h.auth.VerifyRunner(r.Context(), r)
+		verify := h.auth.VerifyRunner
+		if deferNonce {
+			verify = h.auth.VerifyRunnerDeferred
+		}
+		call, err := verify(r.Context(), r)
 		if err != nil {
 			writeError(w, h.log, err)
 			return
 		}
-		r = r.WithContext(store.WithTenant(r.Context(), call.Runner.Tenant))
-		h.watchCrossTenant(w, r, call, fn) // MT2 audit: api/crosstenant.go
+		ctx := authn.WithPendingNonce(store.WithTenant(r.Context(), call.Runner.Tenant), call.Nonce)
+		h.watchCrossTenant(w, r.WithContext(ctx), call, fn) // MT2 audit: api/crosstenant.go
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
@@ -81,6 +82,78 @@ type SignedCall struct {
 	Attempt string
 	Lease   string
 	Body    []byte
+	// Nonce is set when the nonce is not recorded yet
+	// (VerifyRunnerDeferred).
+	Nonce *PendingNonce
+}
+
+// PendingNonce is a verified request's nonce that its route records in the
+// first transaction it commits: the group committer inserts it with the
+// group's other nonces and refuses the call, without running it, when the
+// nonce is known. Whatever the route does without such a transaction, Record
+// records it on its own before the answer is written.
+type PendingNonce struct {
+	store.Nonce
+	st Store
+
+	mu       sync.Mutex
+	recorded bool
+}
+
+// Recorded reports whether a committed transaction holds the nonce.
+func (p *PendingNonce) Recorded() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.recorded
+}
+
+// SetRecorded is called once a transaction that inserted the nonce committed.
+func (p *PendingNonce) SetRecorded() {
+	p.mu.Lock()
+	p.recorded = true
+	p.mu.Unlock()
+}
+
+// ErrReplay is the refusal of a request whose nonce is known.
+func ErrReplay() error { return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused) }
+
+// Record records the nonce on its own unless that was done: a replay is
+// ErrNonceReused, and a nonce that could not be recorded fails closed.
+func (p *PendingNonce) Record(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.recorded {
+		return nil
+	}
+	err := p.st.NonceInsert(ctx, p.RunnerID, p.Nonce.Nonce, p.ExpiresAt)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return ErrReplay()
+	}
+	if err != nil {
+		return fmt.Errorf("record nonce: %w: %w", protocol.ErrUnavailable, err)
+	}
+	p.recorded = true
+	return nil
+}
+
+type pendingKey struct{}
+
+// WithPendingNonce carries a call's pending nonce (nil: none) to the
+// transactions of its route.
+func WithPendingNonce(ctx context.Context, p *PendingNonce) context.Context {
+	if p == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, pendingKey{}, p)
+}
+
+// PendingNonceOf is the call's nonce if it is not recorded yet, else nil.
+func PendingNonceOf(ctx context.Context) *PendingNonce {
+	p, _ := ctx.Value(pendingKey{}).(*PendingNonce)
+	if p == nil || p.Recorded() {
+		return nil
+	}
+	return p
 }
 
 // ReadBody reads at most protocol.MaxBodyBytes; more is ErrTooLarge after
@@ -111,6 +184,19 @@ func RawPath(r *http.Request) (path, query string) {
 
 // VerifyRunner authenticates a signed runner request and consumes its nonce.
 func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*SignedCall, error) {
+	return a.verifyRunner(ctx, r, false)
+}
+
+// VerifyRunnerDeferred is VerifyRunner for a route that records the nonce
+// in its own first transaction: the call's Nonce is pending, and the route
+// must record it (PendingNonce) before anything it does commits or any
+// answer is written. It spares a hot call a statement and a commit of its
+// own; a replay is refused as surely, by the same unique row.
+func (a *Authenticator) VerifyRunnerDeferred(ctx context.Context, r *http.Request) (*SignedCall, error) {
+	return a.verifyRunner(ctx, r, true)
+}
+
+func (a *Authenticator) verifyRunner(ctx context.Context, r *http.Request, deferNonce bool) (*SignedCall, error) {
 	body, err := ReadBody(r)
 	if err != nil {
 		return nil, err
@@ -177,13 +263,18 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 	}
 	// A replay is possible until its timestamp leaves the window, which is at
 	// most 2×skew after now; keep the nonce a little longer than that.
-	err = a.Store.NonceInsert(ctx, runnerID, nonce, now.Add(2*skew+time.Second).UTC())
-	if errors.Is(err, store.ErrAlreadyExists) {
-		return nil, fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
+	pending := &PendingNonce{
+		Nonce: store.Nonce{RunnerID: runnerID, Nonce: nonce, ExpiresAt: now.Add(2*skew + time.Second).UTC()},
+		st:    a.Store,
 	}
-	if err != nil {
-		// Fail closed: a request whose nonce could not be recorded is refused.
-		return nil, fmt.Errorf("record nonce: %w: %w", protocol.ErrUnavailable, err)
+	// A disabled runner's request is refused after its nonce is recorded, as
+	// PROTOCOL.md orders the checks: its replay is refused as a replay.
+	if !deferNonce || runner.Status != store.RunnerActive {
+		if err := pending.Record(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		call.Nonce = pending
 	}
 	if runner.Status != store.RunnerActive {
 		return nil, fmt.Errorf("runner %s is disabled: %w", runner.ID, protocol.ErrRunnerDisabled)

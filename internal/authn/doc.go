@@ -7,4 +7,8 @@
 // wins and a restart forgets nothing) → runner disabled. The path that is
 // verified is the raw path as sent, and only paths that every layer reads the
 // same way are accepted, so the route dispatched is the route signed.
+//
+// A hot route may take the nonce pending (VerifyRunnerDeferred) and record
+// it in the first transaction it commits; PendingNonce is how the group
+// committer and the answer writer learn whether that happened.
 package authn

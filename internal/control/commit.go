@@ -117,7 +117,7 @@ func newCommitter(st store.Store, max int) *committer {
 // InTx, fn may run more than once and must have no effect outside tx.
 func (c *committer) do(ctx context.Context, fn func(tx store.Tx) error) error {
 	if c.max == 1 {
-		return c.st.InTx(ctx, fn)
+		return inTx(ctx, c.st, fn)
 	}
 	return c.enqueue(&commitOp{ctx: ctx, fn: fn, done: make(chan struct{})})
 }
@@ -190,7 +190,11 @@ func (c *committer) group(ops []*commitOp) {
 	}
 	// A group's nonces go in one statement ahead of its bodies: a body never
 	// depends on another call's nonce, and one statement for all of them
-	// spares the writer one per signed request.
+	// spares the writer one per signed request. They are the nonces of
+	// signed requests waiting to be recorded (doNonce) and the pending
+	// nonces of bodies whose route records its nonce in its own transaction
+	// (authn.VerifyRunnerDeferred): such a body does not run when its nonce
+	// is known, and its call is refused as a replay.
 	var nonces []*commitOp
 	var bodies []*commitOp
 	for _, o := range ops {
@@ -200,14 +204,34 @@ func (c *committer) group(ops []*commitOp) {
 			bodies = append(bodies, o)
 		}
 	}
-	if len(nonces) == 0 && len(bodies) == 1 {
+	list := make([]store.Nonce, 0, len(nonces))
+	for _, o := range nonces {
+		list = append(list, *o.nonce)
+	}
+	pending := make([]*authn.PendingNonce, len(bodies))
+	at := make([]int, len(bodies)) // a body's pending nonce in list, or -1
+	for i, o := range bodies {
+		at[i] = -1
+		if p := authn.PendingNonceOf(o.ctx); p != nil {
+			pending[i], at[i] = p, len(list)
+			list = append(list, p.Nonce)
+		}
+	}
+	if len(list) == 0 && len(bodies) == 1 {
 		c.count(1)
 		bodies[0].finish(c.st.InTx(bodies[0].ctx, bodies[0].fn))
 		return
 	}
-	list := make([]store.Nonce, len(nonces))
-	for i, o := range nonces {
-		list[i] = *o.nonce
+	// The nonces are inserted in the group's own scope when they are all of
+	// its tenant's runners (no scope to switch to and back on PostgreSQL),
+	// else as the system: the runners of a group may be of several tenants,
+	// and every signature was verified before its nonce got here.
+	nctx := context.WithoutCancel(ops[0].ctx)
+	for _, o := range ops {
+		if store.ScopeOf(o.ctx) != store.ScopeOf(nctx) {
+			nctx = store.WithSystem(nctx, "nonces")
+			break
+		}
 	}
 	var fresh []bool
 	failed, ferr := -1, error(nil)
@@ -217,13 +241,14 @@ func (c *committer) group(ops []*commitOp) {
 		bt.reset(tx)
 		if len(list) > 0 {
 			var err error
-			// The runners of a group's nonces may be of several tenants,
-			// and every signature was verified before its nonce got here.
-			if fresh, err = tx.NonceInsertMany(store.WithSystem(context.WithoutCancel(ops[0].ctx), "nonces"), list); err != nil {
+			if fresh, err = tx.NonceInsertMany(nctx, list); err != nil {
 				return fmt.Errorf("%w: %w", errNoncesFailed, err)
 			}
 		}
 		for i, o := range bodies {
+			if at[i] >= 0 && !fresh[at[i]] {
+				continue // a replay: refused once the group committed
+			}
 			if err := o.fn(bt); err != nil {
 				failed, ferr = i, err
 				// Wrapped so that InTx still retries the whole group on a
@@ -243,16 +268,33 @@ func (c *committer) group(ops []*commitOp) {
 				o.finish(store.ErrAlreadyExists)
 			}
 		}
-		for _, o := range bodies {
-			o.finish(nil)
+		for i, o := range bodies {
+			switch {
+			case at[i] < 0:
+				o.finish(nil)
+			case fresh[at[i]]:
+				pending[i].SetRecorded()
+				o.finish(nil)
+			default:
+				o.finish(authn.ErrReplay())
+			}
 		}
 	case errors.Is(err, errNoncesFailed) && len(bodies) > 0:
-		// The nonces' statement failed: each gets that error, and the bodies
-		// go on without them.
+		// The nonces' statement failed: each gets that error, and so does
+		// each body whose nonce was in it; the other bodies go on without
+		// them.
 		for _, o := range nonces {
 			o.finish(err)
 		}
-		c.group(bodies)
+		var rest []*commitOp
+		for i, o := range bodies {
+			if at[i] >= 0 {
+				o.finish(fmt.Errorf("record nonce: %w: %w", store.ErrUnavailable, err))
+			} else {
+				rest = append(rest, o)
+			}
+		}
+		c.group(rest)
 	case errors.Is(err, store.ErrContention) && len(ops) > 1:
 		// The group kept deadlocking with other transactions: each body
 		// takes its locks in a consistent order, a group of them does not.
@@ -366,4 +408,28 @@ func (a authStore) NonceInsert(ctx context.Context, runnerID, nonce string, expi
 
 func (a authStore) RunnerTouch(ctx context.Context, id string, now *time.Time) error {
 	return a.c.do(ctx, func(tx store.Tx) error { return tx.RunnerTouch(ctx, id, now) })
+}
+
+// inTx is st.InTx for a call whose nonce may still be pending
+// (authn.VerifyRunnerDeferred): the nonce is inserted first, in the same
+// transaction, and a known one refuses the call before fn runs.
+func inTx(ctx context.Context, st store.Store, fn func(tx store.Tx) error) error {
+	p := authn.PendingNonceOf(ctx)
+	if p == nil {
+		return st.InTx(ctx, fn)
+	}
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		err := tx.NonceInsert(ctx, p.RunnerID, p.Nonce.Nonce, p.ExpiresAt)
+		if errors.Is(err, store.ErrAlreadyExists) {
+			return authn.ErrReplay()
+		}
+		if err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	if err == nil {
+		p.SetRecorded()
+	}
+	return err
 }

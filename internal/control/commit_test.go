@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -150,6 +151,74 @@ func TestGroupCommitNonces(t *testing.T) {
 			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", n, exp) })
 			require.ErrorIs(t, err, store.ErrAlreadyExists, "nonce %s was not committed", n)
 		}
+	})
+}
+
+// TestGroupCommitPendingNonces: a body whose call's nonce is still pending
+// (authn.VerifyRunnerDeferred) has it inserted with the group's nonces; a
+// body whose nonce is known — committed before, or taken by an earlier body
+// of the same group — does not run and is refused as a replay; a body that
+// fails leaves its nonce unrecorded.
+func TestGroupCommitPendingNonces(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+		c := newCommitter(g, 0)
+		c.workers = 1
+		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		require.NoError(t, st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_pn", "known", exp) }))
+		pending := func(n string) *authn.PendingNonce {
+			return &authn.PendingNonce{Nonce: store.Nonce{RunnerID: "rnr_pn", Nonce: n, ExpiresAt: exp}}
+		}
+		ps := []*authn.PendingNonce{nil, pending("x"), pending("x"), pending("known"), nil, pending("z")}
+		boom := errors.New("body refused")
+		effect := func(i int) func() error {
+			return func() error {
+				return c.do(authn.WithPendingNonce(ctx, ps[i]), func(tx store.Tx) error {
+					if i == 5 {
+						return boom
+					}
+					return tx.NonceInsert(ctx, "rnr_pn", fmt.Sprintf("effect-%d", i), exp)
+				})
+			}
+		}
+		calls := []func() error{
+			func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_pn", Nonce: "first", ExpiresAt: exp}) },
+			effect(1), effect(2), effect(3), effect(4), effect(5),
+		}
+		errs := runQueued(t, c, g, calls, nil)
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.ErrorIs(t, errs[2], protocol.ErrNonceReused, "the same nonce, earlier in the group")
+		require.ErrorIs(t, errs[3], protocol.ErrNonceReused, "a nonce committed before")
+		require.NoError(t, errs[4])
+		require.ErrorIs(t, errs[5], boom)
+		require.True(t, ps[1].Recorded())
+		require.False(t, ps[2].Recorded())
+		require.False(t, ps[3].Recorded())
+		require.False(t, ps[5].Recorded())
+		known := func(n string) bool {
+			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_pn", n, exp) })
+			if err == nil {
+				return false
+			}
+			require.ErrorIs(t, err, store.ErrAlreadyExists)
+			return true
+		}
+		for n, want := range map[string]bool{"x": true, "effect-1": true, "effect-2": false, "effect-3": false, "effect-4": true, "z": false} {
+			require.Equal(t, want, known(n), n)
+		}
+
+		// Without grouping (commit batch 1) the nonce goes in the call's
+		// own transaction, before its body.
+		c1 := newCommitter(st, 1)
+		ran := 0
+		body := func(tx store.Tx) error { ran++; return nil }
+		p := pending("solo")
+		require.NoError(t, c1.do(authn.WithPendingNonce(ctx, p), body))
+		require.True(t, p.Recorded())
+		require.ErrorIs(t, c1.do(authn.WithPendingNonce(ctx, pending("solo")), body), protocol.ErrNonceReused)
+		require.Equal(t, 1, ran)
 	})
 }
 

@@ -377,7 +377,7 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 // when the first slot's request ID is unknown nothing was claimed.
 func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
 	var asgs []*protocol.Assignment
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err := inTx(ctx, s.store, func(tx store.Tx) error {
 		asgs = nil
 		for i := range n {
 			asg, err := s.reclaimIn(ctx, tx, call, slotRequestID(requestID, i))
