@@ -353,25 +353,26 @@ func claimScope(p *store.AttemptClaimParams) string {
 		"\x01" + strings.Join(repos, "\x00")
 }
 
-// attemptClaim claims through tx, skipping the query when an earlier body of
-// the same group found nothing in the same scope.
-func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams) (*store.Attempt, error) {
+// attemptClaim claims through tx, with the claimed attempt's run locked,
+// skipping the query when an earlier body of the same group found nothing
+// in the same scope.
+func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
 	bt, ok := tx.(*batchTx)
 	if !ok {
-		return tx.AttemptClaim(ctx, p)
+		return tx.AttemptClaimRun(ctx, p)
 	}
 	k := claimScope(p)
 	if bt.empty[k] {
-		return nil, store.ErrNotFound
+		return nil, nil, store.ErrNotFound
 	}
-	a, err := bt.AttemptClaim(ctx, p)
+	a, r, err := bt.AttemptClaimRun(ctx, p)
 	if errors.Is(err, store.ErrNotFound) {
 		if bt.empty == nil {
 			bt.empty = map[string]bool{}
 		}
 		bt.empty[k] = true
 	}
-	return a, err
+	return a, r, err
 }
 
 // CommitStats reports the group committer's counters.

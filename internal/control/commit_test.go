@@ -318,17 +318,17 @@ func TestClaimMemoForgetsOnWake(t *testing.T) {
 		bt := &batchTx{}
 		bt.reset(cnt)
 		for range 3 {
-			_, err := attemptClaim(ctx, bt, p)
+			_, _, err := attemptClaim(ctx, bt, p)
 			require.ErrorIs(t, err, store.ErrNotFound)
 		}
 		require.Equal(t, 1, cnt.claims, "the scope was queried again within the group")
 		require.NoError(t, bt.WakeClaimers(ctx))
-		_, err := attemptClaim(ctx, bt, p)
+		_, _, err := attemptClaim(ctx, bt, p)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Equal(t, 2, cnt.claims, "a wake must make the scope be queried again")
 		other := *p
 		other.RunnerLabels = []string{"gpu"}
-		_, err = attemptClaim(ctx, bt, &other)
+		_, _, err = attemptClaim(ctx, bt, &other)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Equal(t, 3, cnt.claims, "another scope has its own memo")
 		return nil
@@ -341,9 +341,9 @@ type countingTx struct {
 	claims int
 }
 
-func (c *countingTx) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
+func (c *countingTx) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
 	c.claims++
-	return c.Tx.AttemptClaim(ctx, p)
+	return c.Tx.AttemptClaimRun(ctx, p)
 }
 
 // TestClaimLines: only the head watches; a successful claimer pokes the next

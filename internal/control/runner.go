@@ -318,7 +318,7 @@ var errRevoked = errors.New("claimed attempt not handed out")
 
 // claimIn claims one attempt in tx: nil when none is eligible.
 func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
-	a, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
+	a, r, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
 		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 		RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
 		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
@@ -335,10 +335,6 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 		if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
 			return nil, err
 		}
-	}
-	r, err := tx.RunGetByID(ctx, a.RunID, true)
-	if err != nil {
-		return nil, err
 	}
 	ok, err := s.recheck(ctx, tx, r, a)
 	if err != nil {

@@ -398,6 +398,10 @@ type Queries interface {
 	// Timeout, LeaseExpiresAt min(now + LeaseTTL, Deadline). On PostgreSQL it
 	// uses FOR UPDATE SKIP LOCKED. ErrNotFound when nothing is eligible.
 	AttemptClaim(ctx context.Context, p *AttemptClaimParams) (*Attempt, error)
+	// AttemptClaimRun is AttemptClaim that also returns the attempt's run,
+	// locked for update after the attempt (the order every call locks
+	// them in), in the same statement where the store can.
+	AttemptClaimRun(ctx context.Context, p *AttemptClaimParams) (*Attempt, *Run, error)
 	// AttemptCreate inserts an attempt. At most one queued or leased attempt
 	// may exist per run (ErrAlreadyExists).
 	AttemptCreate(ctx context.Context, a *Attempt) error

@@ -211,7 +211,14 @@ func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*sto
 // or NULL, $2 runner, $3 lease digest, $4 claim request id, $5 tenant, $6
 // pool, $7 runner labels, $8 self-hosted runner, $9 its allowed
 // repositories. Exported for `jobplane bench --explain`.
-var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
+var ClaimQuery = claimWith + claimUpdate
+
+// claimRunQuery is ClaimQuery that also returns the claimed attempt's run,
+// locked after the attempt: one round trip where the claim took two.
+var claimRunQuery = claimWith + `, u AS (` + claimUpdate + `)
+		SELECT u.*, ` + runColsQ + ` FROM u JOIN runs ON runs.id = u.run_id FOR UPDATE OF runs`
+
+const claimWith = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 		c AS (
 			SELECT a.id FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
@@ -219,7 +226,9 @@ var ClaimQuery = `WITH n AS (SELECT ` + nowSQL + ` AS now),
 				AND (NOT $8 OR NOT a.managed_only) AND (cardinality($9::text[]) = 0 OR a.repo = ANY($9::text[]))
 			ORDER BY a.not_before, a.id
 			LIMIT 1
-			FOR UPDATE OF a SKIP LOCKED)
+			FOR UPDATE OF a SKIP LOCKED)`
+
+var claimUpdate = `
 		UPDATE attempts SET state = 'leased', runner_id = $2, lease_digest = $3, claim_request_id = $4,
 			claimed_at = n.now, heartbeat_at = n.now,
 			deadline = n.now + attempts.timeout_us * interval '1 microsecond',
@@ -232,6 +241,22 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 	return scanAttempt(q.db.QueryRow(ctx, ClaimQuery,
 		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
 		p.SelfHosted, listArg(p.AllowedRepos)))
+}
+
+func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
+	row := q.db.QueryRow(ctx, claimRunQuery,
+		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
+		p.SelfHosted, listArg(p.AllowedRepos))
+	var r *store.Run
+	a, err := scanAttempt(scanFunc(func(ad ...any) error {
+		var err error
+		r, err = scanRun(scanFunc(func(rd ...any) error { return row.Scan(append(ad, rd...)...) }))
+		return err
+	}))
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, r, nil
 }
 
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {

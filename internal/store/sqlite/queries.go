@@ -245,6 +245,20 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 		p.SelfHosted, listText(p.AllowedRepos)))
 }
 
+// AttemptClaimRun: the claim's UPDATE cannot return another table's row,
+// and SQLite's one writer needs no lock order; it is two statements.
+func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
+	a, err := q.AttemptClaim(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := q.RunGetByID(ctx, a.RunID, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, r, nil
+}
+
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 	if a.ID == "" {
 		a.ID = newID(id.Attempt)

@@ -118,3 +118,63 @@ func testNonceInsertMany(t *testing.T, s store.Store) {
 		return err
 	}))
 }
+
+// testAttemptClaimRun: the claim that returns its run claims what
+// AttemptClaim claims and returns the run as RunGetByID reads it, locked:
+// a second transaction that locks the run waits for the claim's commit.
+func testAttemptClaimRun(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a := f.attempt(t, nil)
+	params := &store.AttemptClaimParams{Tenant: f.tenant, Pool: a.Pool, RunnerID: "rnr_cr", LeaseDigest: "digest", ClaimRequestID: "req-cr", Now: at(0)}
+	wantR, err := s.RunGetByID(bg(), a.RunID, false)
+	require.NoError(t, err)
+
+	claimed := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	var gotA *store.Attempt
+	var gotR *store.Run
+	go func() {
+		done <- s.InTx(bg(), func(tx store.Tx) error {
+			var err error
+			if gotA, gotR, err = tx.AttemptClaimRun(bg(), params); err != nil {
+				return err
+			}
+			close(claimed)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-claimed:
+	case err := <-done:
+		t.Fatalf("claim: %v", err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		locked <- s.InTx(bg(), func(tx store.Tx) error {
+			_, err := tx.RunGetByID(bg(), a.RunID, true)
+			return err
+		})
+	}()
+	select {
+	case err := <-locked:
+		close(release)
+		<-done
+		t.Fatalf("the run was not locked by the claim (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done)
+	require.NoError(t, <-locked)
+	require.Equal(t, a.ID, gotA.ID)
+	require.Equal(t, store.AttemptLeased, gotA.State)
+	require.Equal(t, "rnr_cr", gotA.RunnerID)
+	require.Equal(t, wantR, gotR)
+
+	got, err := s.AttemptGetByID(bg(), a.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.AttemptLeased, got.State)
+	_, _, err = s.AttemptClaimRun(bg(), params)
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing left to claim")
+}
