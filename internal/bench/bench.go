@@ -57,6 +57,11 @@ type Config struct {
 	// LogsApart sends the lifecycle's log chunk in a call of its own
 	// rather than with the result (Runner.LogsApart).
 	LogsApart bool
+	// Renew has each lifecycle run renew its lease once before its result
+	// (Runner.Renew): the lifecycle's shape up to session 5. `jobplane
+	// worker` renews every third of a lease's TTL, so a no-op job, done
+	// long before that, never does.
+	Renew bool
 	// CommitBatch bounds the calls of one group transaction; 1 turns group
 	// commit off (for comparison), 0 is the server's default.
 	CommitBatch int
@@ -98,7 +103,9 @@ type Result struct {
 	ClaimMax int `json:"claim_max"`
 	// LogsApart is Config.LogsApart.
 	LogsApart bool `json:"logs_apart,omitempty"`
-	Clients   int  `json:"clients"`
+	// Renew is Config.Renew.
+	Renew   bool `json:"renew,omitempty"`
+	Clients int  `json:"clients"`
 	// GoVersion, CPUs and StartedAt describe where and when.
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
@@ -184,9 +191,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	for _, r := range runners {
-		r.LogsApart = cfg.LogsApart
+		r.LogsApart, r.Renew = cfg.LogsApart, cfg.Renew
 	}
-	res.LogsApart = cfg.LogsApart
+	res.LogsApart, res.Renew = cfg.LogsApart, cfg.Renew
 
 	if cfg.Idle > 0 {
 		run := env.RunIdle
@@ -385,9 +392,14 @@ func (r *Result) String() string {
 		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, r.ClaimResult.CPUPerOpUs)
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
-	steps := "request, long-poll claim, renew, result carrying a log chunk"
+	steps := "request, long-poll claim, "
+	if r.Renew {
+		steps += "renew, "
+	}
 	if r.LogsApart {
-		steps = "request, long-poll claim, renew, log chunk, result"
+		steps += "log chunk, result"
+	} else {
+		steps += "result carrying a log chunk"
 	}
 	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
 		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)

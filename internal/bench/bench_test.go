@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
@@ -278,4 +282,65 @@ func TestIdleChildProcess(t *testing.T) {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// countingTransport counts requests by path.
+type countingTransport struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[r.URL.Path]++
+	c.mu.Unlock()
+	return c.base.RoundTrip(r)
+}
+
+// TestFinishRenews: a lifecycle run renews its lease only with Renew, and
+// carries its log chunk on the result unless LogsApart.
+func TestFinishRenews(t *testing.T) {
+	ctx := context.Background()
+	env, err := StartEnv(ctx, EnvConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	runners, err := env.RegisterRunners(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runners[0]
+	ct := &countingTransport{base: r.Client.HTTP.Transport, n: map[string]int{}}
+	if ct.base == nil {
+		ct.base = http.DefaultTransport
+	}
+	hc := *r.Client.HTTP
+	hc.Transport = ct
+	r.Client.HTTP = &hc
+	for _, tc := range []struct{ renew, apart bool }{{false, false}, {true, false}, {false, true}} {
+		clear(ct.n)
+		r.Renew, r.LogsApart = tc.renew, tc.apart
+		if _, err := env.Admin.CreateRun(ctx, &protocol.RunRequest{Job: Job, Channel: Channel}); err != nil {
+			t.Fatal(err)
+		}
+		asg, err := r.Client.Claim(ctx, 5, "")
+		if err != nil || asg == nil {
+			t.Fatalf("claim: %v %v", asg, err)
+		}
+		if err := r.finish(ctx, asg, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"/v1/runner/claim": 1, "/v1/runner/attempt/result": 1}
+		if tc.renew {
+			want["/v1/runner/attempt/renew"] = 1
+		}
+		if tc.apart {
+			want["/v1/runner/attempt/logs"] = 1
+		}
+		if !maps.Equal(ct.n, want) {
+			t.Errorf("renew %v, logs apart %v: calls %v, want %v", tc.renew, tc.apart, ct.n, want)
+		}
+	}
 }

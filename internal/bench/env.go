@@ -167,6 +167,8 @@ type Runner struct {
 	// LogsApart sends each attempt's log chunk in a call of its own before
 	// the result, instead of with it (as the worker does).
 	LogsApart bool
+	// Renew renews each attempt's lease once before its result.
+	Renew bool
 }
 
 // RegisterRunners registers n runners, each with its own registration token

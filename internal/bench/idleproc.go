@@ -247,13 +247,17 @@ func (e *Env) RunIdleProcs(ctx context.Context, n, procs, runs int, command []st
 	return out, v.Err()
 }
 
-// finish works a claimed attempt as the lifecycle phase does: one renewal,
-// one log chunk and a successful result, the chunk carried by the result as
-// the worker sends a job's last output (or on its own with LogsApart).
+// finish works a claimed attempt as the lifecycle phase does, which is what
+// `jobplane worker` does for a job with no output but one line: one log
+// chunk and a successful result, the chunk carried by the result as the
+// worker sends a job's last output (or on its own with LogsApart); with
+// Renew, one renewal first.
 func (r *Runner) finish(ctx context.Context, asg *protocol.Assignment, at time.Time) error {
 	ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
-	if _, err := r.Client.Renew(ctx, ref); err != nil {
-		return fmt.Errorf("runner %s: renew run %s: %w", r.ID, asg.RunID, err)
+	if r.Renew {
+		if _, err := r.Client.Renew(ctx, ref); err != nil {
+			return fmt.Errorf("runner %s: renew run %s: %w", r.ID, asg.RunID, err)
+		}
 	}
 	chunk := &protocol.LogsRequest{Seq: 0, Lines: []protocol.LogLine{{At: at, Stream: "stdout", Text: "bench"}}}
 	if r.LogsApart {

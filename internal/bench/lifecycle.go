@@ -17,8 +17,9 @@ const LifecycleWait = 5
 
 // Lifecycle is the outcome of the lifecycle phase.
 type Lifecycle struct {
-	// Phase counts runs requested, claimed, renewed, logged and finished,
-	// from the first request to the last accepted result.
+	// Phase counts runs requested, claimed, logged and finished (renewed
+	// too with Runner.Renew), from the first request to the last accepted
+	// result.
 	Phase Phase
 	// RequestToClaimed runs from the moment a run's request was sent to the
 	// moment its claim was answered (one clock): with runners waiting in long
@@ -30,8 +31,8 @@ type Lifecycle struct {
 }
 
 // RunLifecycle requests n runs from `clients` callers while every runner
-// waits in a long-polling claim; each runner, for each run it gets, renews
-// its lease, sends one log chunk and reports success. It ends when n results
+// waits in a long-polling claim; each runner, for each run it gets, sends
+// one log chunk and reports success (Runner.finish). It ends when n results
 // were accepted.
 //
 // Paced, one client requests the next run only when the previous one
