@@ -91,6 +91,11 @@ func backends(t *testing.T, fn func(t *testing.T, b *backend)) {
 				if err := tx.AuditAppend(context.Background(), &store.AuditEvent{Tenant: "t", Actor: "a", Action: "rolled.back", Subject: "s"}); err != nil {
 					return err
 				}
+				// The event is written (its number drawn) before the
+				// rollback: see flushNow.
+				if err := flushNow(tx); err != nil {
+					return err
+				}
 				return errRollback
 			})
 			require.ErrorIs(t, err, errRollback)
@@ -223,6 +228,11 @@ func TestAU3ConcurrentWriters(t *testing.T) {
 					if err := tx.AuditAppend(ctx, &store.AuditEvent{Tenant: "t", Actor: fmt.Sprintf("w%d", w), Action: "test.write", Subject: fmt.Sprint(i)}); err != nil {
 						return err
 					}
+					if i%2 == 0 {
+						if err := flushNow(tx); err != nil {
+							return err
+						}
+					}
 					// Hold some transactions open so that numbers commit out of order.
 					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 					if i%7 == 3 {
@@ -289,6 +299,10 @@ func TestAU3HorizonNeeded(t *testing.T) {
 				done <- st.InTx(ctx, func(tx store.Tx) error {
 					e := &store.AuditEvent{Tenant: "t", Actor: "slow", Action: "late", Subject: "s"}
 					if err := tx.AuditAppend(ctx, e); err != nil {
+						return err
+					}
+					// Hold the number while the next event commits.
+					if err := flushNow(tx); err != nil {
 						return err
 					}
 					drawn <- e.Seq
@@ -516,4 +530,12 @@ func poolSuffix(dsn string, n int) string {
 		return fmt.Sprintf("?pool_max_conns=%d", n)
 	}
 	return fmt.Sprintf(" pool_max_conns=%d", n)
+}
+
+// flushNow has the store write the transaction's audit events now: on
+// PostgreSQL they are written just before the commit, or before a read of
+// the log in the same transaction, which this is.
+func flushNow(tx store.Tx) error {
+	_, err := tx.AuditList(context.Background(), &store.AuditListParams{Tenant: "t", Limit: 1})
+	return err
 }

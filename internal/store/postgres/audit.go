@@ -1,8 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -14,7 +18,15 @@ import (
 // projects that row, which evaluates the seq default. The sealer's horizon
 // (AuditHorizon) depends on that order: a transaction that holds a sequence
 // number always has an ID the snapshot can see running.
+//
+// In a transaction the event is written just before the commit, with the
+// transaction's other events (flushLater), and e.Seq is set then; an
+// event without a time gets the database clock of that moment.
 func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
+	if q.inTx() {
+		q.later.audit = append(q.later.audit, laterAudit{ctx: context.WithoutCancel(ctx), e: e})
+		return nil
+	}
 	err := q.db.QueryRow(ctx, `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid)
 		INSERT INTO audit_events (xid, tenant, at, actor, action, subject, details)
 		SELECT x.xid, $2, `+nowSQL+`, $3, $4, $5, $6 FROM x RETURNING seq, at`,
@@ -44,6 +56,9 @@ func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*
 }
 
 func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
+	if err := q.flushAudit(); err != nil {
+		return nil, err
+	}
 	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
 		WHERE e.tenant = $1 AND e.seq > $2 AND ($3 = '' OR e.subject = $3) AND ($4 = '' OR e.actor = $4)
 			AND ($5::timestamptz IS NULL OR e.at >= $5)
@@ -52,6 +67,9 @@ func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*s
 }
 
 func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
+	if err := q.flushAudit(); err != nil {
+		return nil, err
+	}
 	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
 		WHERE e.seq > $1 AND ($2 = 0 OR e.seq <= $2) ORDER BY e.seq LIMIT $3`,
 		p.After, p.UpTo, limit(p.Limit))
@@ -92,6 +110,9 @@ func (q *queries) AuditChainList(ctx context.Context, after int64, n int) ([]*st
 // completed ID plus one, and a running transaction can be above it.) The
 // cost is one transaction ID per sealing round.
 func (q *queries) AuditHorizon(ctx context.Context, after int64) (store.AuditMark, error) {
+	if err := q.flushAudit(); err != nil {
+		return store.AuditMark{}, err
+	}
 	var m store.AuditMark
 	var last *int64
 	if err := q.db.QueryRow(ctx, `SELECT pg_sequence_last_value(pg_get_serial_sequence('audit_events', 'seq'))`).Scan(&last); err != nil {
@@ -142,4 +163,122 @@ func (q *queries) AuditSealAppend(ctx context.Context, seals []store.AuditSeal) 
 func (q *queries) AuditSealLock(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('jobplane.audit.seal:' || current_schema()))`)
 	return interpretError(err)
+}
+
+// laterWrites is what a transaction writes at its end (queries.later).
+type laterWrites struct {
+	audit []laterAudit
+}
+
+type laterAudit struct {
+	ctx context.Context // the event's scope
+	e   *store.AuditEvent
+}
+
+// laterAuditSQL inserts a transaction's events in their order. The
+// transaction's ID is drawn before their sequence numbers (AuditAppend);
+// $7 and $8, when $9, are the wake-up notification, sent by the same
+// statement (its scalar subquery runs once).
+const laterAuditSQL = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
+		w AS MATERIALIZED (SELECT pg_notify($7, $8) WHERE $9)
+	INSERT INTO audit_events (xid, tenant, at, actor, action, subject, details)
+	SELECT x.xid, u.tenant, coalesce(u.at, clock_timestamp()), u.actor, u.action, u.subject, u.details::jsonb
+	FROM x, unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])
+		WITH ORDINALITY AS u(tenant, at, actor, action, subject, details, ord)
+	WHERE (SELECT count(*) FROM w) >= 0
+	ORDER BY u.ord
+	RETURNING seq, at`
+
+// flushLater writes what the transaction kept for its end: its audit
+// events, in runs of one scope, each run one statement, the last of them
+// carrying the wake-up notification (or that alone when there are none).
+func (q *queries) flushLater(ctx context.Context) error {
+	evs := q.later.audit
+	q.later.audit = nil
+	if len(evs) == 0 {
+		if q.woke {
+			_, err := q.db.Exec(ctx, `SELECT pg_notify($1, $2)`, q.s.channel, q.s.instance)
+			return interpretError(err)
+		}
+		return nil
+	}
+	for len(evs) > 0 {
+		n := 1
+		for n < len(evs) && store.ScopeOf(evs[n].ctx) == store.ScopeOf(evs[0].ctx) {
+			n++
+		}
+		if err := q.insertAudit(evs[:n], q.woke && n == len(evs)); err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// flushAudit writes the events kept so far, before a read of the audit log
+// in the same transaction (the notification still waits for the end).
+func (q *queries) flushAudit() error {
+	evs := q.later.audit
+	q.later.audit = nil
+	for len(evs) > 0 {
+		n := 1
+		for n < len(evs) && store.ScopeOf(evs[n].ctx) == store.ScopeOf(evs[0].ctx) {
+			n++
+		}
+		if err := q.insertAudit(evs[:n], false); err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+func (q *queries) insertAudit(evs []laterAudit, notify bool) error {
+	tenant := make([]string, len(evs))
+	at := make([]*time.Time, len(evs))
+	actor := make([]string, len(evs))
+	action := make([]string, len(evs))
+	subject := make([]string, len(evs))
+	details := make([]*string, len(evs))
+	for i, l := range evs {
+		e := l.e
+		tenant[i], actor[i], action[i], subject[i] = e.Tenant, e.Actor, e.Action, e.Subject
+		if !e.At.IsZero() {
+			at[i] = &e.At
+		}
+		if len(e.Details) > 0 {
+			d := string(e.Details)
+			details[i] = &d
+		}
+	}
+	rows, err := q.db.Query(evs[0].ctx, laterAuditSQL, tenant, at, actor, action, subject, details, q.s.channel, q.s.instance, notify)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	type row struct {
+		seq int64
+		at  time.Time
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.seq, &r.at); err != nil {
+			return interpretError(err)
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if len(got) != len(evs) {
+		return fmt.Errorf("audit: %d events inserted of %d", len(got), len(evs))
+	}
+	// Numbers were drawn in the events' order.
+	slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.seq, b.seq) })
+	for i, l := range evs {
+		l.e.Seq, l.e.At = got[i].seq, got[i].at
+		utc(&l.e.At)
+	}
+	return nil
 }

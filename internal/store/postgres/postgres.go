@@ -288,6 +288,10 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		_ = tx.Rollback(ctx)
 		return err
 	}
+	if err := q.flushLater(ctx); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		q.forgetAll()
 		var pgErr *pgconn.PgError

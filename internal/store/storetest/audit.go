@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,4 +95,60 @@ func testAuditChain(t *testing.T, s store.Store) {
 	require.Equal(t, "h0", listed[0].Hash, "listed events carry their link")
 	require.Equal(t, "p0", listed[0].PrevHash)
 	require.Empty(t, listed[1].Hash, "not sealed yet")
+}
+
+// testAuditInTx: events appended in a transaction, in several tenants'
+// scopes as a group transaction does, are numbered in the order they were
+// appended, are visible to a read of the log later in the same
+// transaction, and keep the times they were given; an event without one
+// gets the store's clock. A rolled-back transaction leaves none.
+func testAuditInTx(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	scoped := func(tenant string) context.Context { return store.WithTenant(ctx, tenant) }
+	var evs []*store.AuditEvent
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		for i, tenant := range []string{"ta", "tb", "tb", "ta"} {
+			e := &store.AuditEvent{Tenant: tenant, Actor: "a", Action: "in.tx", Subject: "s"}
+			if i != 2 {
+				e.At = t0.Add(time.Duration(i) * time.Second)
+			}
+			if i == 1 {
+				e.Details = []byte(`{"n": 1}`)
+			}
+			if err := tx.AuditAppend(scoped(tenant), e); err != nil {
+				return err
+			}
+			evs = append(evs, e)
+		}
+		seen, err := tx.AuditList(scoped("tb"), &store.AuditListParams{Tenant: "tb", Limit: 10})
+		if err != nil {
+			return err
+		}
+		require.Len(t, seen, 2, "the transaction's own events, before its commit")
+		return nil
+	}))
+	for i := 1; i < len(evs); i++ {
+		require.Greater(t, evs[i].Seq, evs[i-1].Seq, "numbered in the order appended")
+	}
+	got, err := s.AuditList(bg(), &store.AuditListParams{Tenant: "ta", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.True(t, got[0].At.Equal(t0) && got[1].At.Equal(t0.Add(3*time.Second)), "given times kept: %v %v", got[0].At, got[1].At)
+	tb, err := s.AuditList(bg(), &store.AuditListParams{Tenant: "tb", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, tb, 2)
+	require.JSONEq(t, `{"n": 1}`, string(tb[0].Details))
+	require.WithinDuration(t, time.Now(), tb[1].At, time.Hour, "no time given: the store's clock")
+
+	boom := errors.New("roll back")
+	err = s.InTx(bg(), func(tx store.Tx) error {
+		if err := tx.AuditAppend(scoped("tc"), &store.AuditEvent{Tenant: "tc", Actor: "a", Action: "x", Subject: "s"}); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	none, err := s.AuditList(bg(), &store.AuditListParams{Tenant: "tc", Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, none)
 }

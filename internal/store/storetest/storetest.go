@@ -74,7 +74,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RegTokenUseConcurrent", testRegTokenConcurrent},
 		{"Nonces", testNonces},
 		{"Logs", testLogs},
-		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain},
+		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain}, {"AuditInTx", testAuditInTx},
 		{"Now", testNow},
 		{"InTxRollback", testInTxRollback},
 		{"ForUpdate", testForUpdate},
