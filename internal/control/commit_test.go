@@ -222,6 +222,41 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 	})
 }
 
+// TestGroupCommitUpdateNotFound: an update that finds no row fails the
+// body that made it, not the group: the bodies around it commit.
+func TestGroupCommitUpdateNotFound(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+		c := newCommitter(g, 0)
+		c.workers = 1
+		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		effect := func(n string) func() error {
+			return func() error {
+				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_lw", n, exp) })
+			}
+		}
+		calls := []func() error{
+			effect("first"), effect("before"),
+			func() error {
+				return c.do(ctx, func(tx store.Tx) error {
+					return tx.RunUpdate(ctx, &store.Run{ID: "run_missing", State: store.RunFailed})
+				})
+			},
+			effect("after"),
+		}
+		errs := runQueued(t, c, g, calls, nil)
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.ErrorIs(t, errs[2], store.ErrNotFound)
+		require.NoError(t, errs[3])
+		for _, n := range []string{"first", "before", "after"} {
+			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_lw", n, exp) })
+			require.ErrorIs(t, err, store.ErrAlreadyExists, "%s was not committed", n)
+		}
+	})
+}
+
 // TestGroupCommitFailedCommit: when the group's transaction itself fails,
 // every call of the group gets the error.
 func TestGroupCommitFailedCommit(t *testing.T) {

@@ -178,3 +178,48 @@ func testAttemptClaimRun(t *testing.T, s store.Store) {
 	_, _, err = s.AttemptClaimRun(bg(), params)
 	require.ErrorIs(t, err, store.ErrNotFound, "nothing left to claim")
 }
+
+// testUpdateInTx: a read in the transaction sees its own updates, and an
+// update of a row that does not exist fails the transaction with
+// ErrNotFound, at the latest at its next statement. (A store may keep
+// writes back within a transaction; this is what it must keep to.)
+func testUpdateInTx(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a := f.attempt(t, nil)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		r, err := tx.RunGetByID(bg(), a.RunID, true)
+		if err != nil {
+			return err
+		}
+		r.State = store.RunRunning
+		if err := tx.RunUpdate(bg(), r); err != nil {
+			return err
+		}
+		a.State = store.AttemptFailed
+		if err := tx.AttemptUpdate(bg(), a); err != nil {
+			return err
+		}
+		got, err := tx.RunGetByID(bg(), a.RunID, false)
+		if err != nil {
+			return err
+		}
+		require.Equal(t, store.RunRunning, got.State, "the transaction reads its own update")
+		return nil
+	}))
+	got, err := s.AttemptGetByID(bg(), a.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.AttemptFailed, got.State, "an update last in its transaction is committed")
+
+	err = s.InTx(bg(), func(tx store.Tx) error {
+		return tx.RunUpdate(bg(), &store.Run{ID: "run_missing", State: store.RunFailed})
+	})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	err = s.InTx(bg(), func(tx store.Tx) error {
+		if err := tx.AttemptUpdate(bg(), &store.Attempt{ID: "att_missing", State: store.AttemptFailed}); err != nil {
+			return err
+		}
+		_, err := tx.RunGetByID(bg(), a.RunID, false)
+		return err
+	})
+	require.ErrorIs(t, err, store.ErrNotFound, "reported by the next statement")
+}
