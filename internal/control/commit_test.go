@@ -38,6 +38,15 @@ func (g *gatedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error
 	return g.Store.InTx(ctx, fn)
 }
 
+// gatedCommitter is a one-worker committer over st held by a gatedStore,
+// and an expiry time for the nonces the tests insert.
+func gatedCommitter(st store.Store) (*gatedStore, *committer, time.Time) {
+	g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+	c := newCommitter(g, 0)
+	c.workers = 1
+	return g, c, time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+}
+
 // runQueued starts calls[0], which g holds in its transaction, then queues
 // the others behind it one at a time (so that the queue's order is the
 // calls' order), calls held with the errors so far, releases g and returns
@@ -70,10 +79,7 @@ func runQueued(t *testing.T, c *committer, g *gatedStore, calls []func() error, 
 func TestGroupCommit(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-		c := newCommitter(g, 0)
-		c.workers = 1
-		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		g, c, exp := gatedCommitter(st)
 
 		// The first call occupies the only worker; the next five queue.
 		calls := make([]func() error, 6)
@@ -118,10 +124,7 @@ func TestGroupCommit(t *testing.T) {
 func TestGroupCommitNonces(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-		c := newCommitter(g, 0)
-		c.workers = 1
-		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		g, c, exp := gatedCommitter(st)
 		nonce := func(n string) func() error {
 			return func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_gn", Nonce: n, ExpiresAt: exp}) }
 		}
@@ -162,10 +165,7 @@ func TestGroupCommitNonces(t *testing.T) {
 func TestGroupCommitPendingNonces(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-		c := newCommitter(g, 0)
-		c.workers = 1
-		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		g, c, exp := gatedCommitter(st)
 		require.NoError(t, st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_pn", "known", exp) }))
 		pending := func(n string) *authn.PendingNonce {
 			return &authn.PendingNonce{Nonce: store.Nonce{RunnerID: "rnr_pn", Nonce: n, ExpiresAt: exp}}
@@ -227,10 +227,7 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 func TestGroupCommitUpdateNotFound(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-		c := newCommitter(g, 0)
-		c.workers = 1
-		exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		g, c, exp := gatedCommitter(st)
 		effect := func(n string) func() error {
 			return func() error {
 				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_lw", n, exp) })
