@@ -193,31 +193,23 @@ const laterAuditSQL = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xi
 // events, in runs of one scope, each run one statement, the last of them
 // carrying the wake-up notification (or that alone when there are none).
 func (q *queries) flushLater(ctx context.Context) error {
-	evs := q.later.audit
-	q.later.audit = nil
-	if len(evs) == 0 {
+	if len(q.later.audit) == 0 {
 		if q.woke {
 			_, err := q.db.Exec(ctx, `SELECT pg_notify($1, $2)`, q.s.channel, q.s.instance)
 			return interpretError(err)
 		}
 		return nil
 	}
-	for len(evs) > 0 {
-		n := 1
-		for n < len(evs) && store.ScopeOf(evs[n].ctx) == store.ScopeOf(evs[0].ctx) {
-			n++
-		}
-		if err := q.insertAudit(evs[:n], q.woke && n == len(evs)); err != nil {
-			return err
-		}
-		evs = evs[n:]
-	}
-	return nil
+	return q.writeAudit(q.woke)
 }
 
 // flushAudit writes the events kept so far, before a read of the audit log
 // in the same transaction (the notification still waits for the end).
-func (q *queries) flushAudit() error {
+func (q *queries) flushAudit() error { return q.writeAudit(false) }
+
+// writeAudit writes the events kept so far, one statement per run of one
+// scope, the last carrying the notification when notify.
+func (q *queries) writeAudit(notify bool) error {
 	evs := q.later.audit
 	q.later.audit = nil
 	for len(evs) > 0 {
@@ -225,7 +217,7 @@ func (q *queries) flushAudit() error {
 		for n < len(evs) && store.ScopeOf(evs[n].ctx) == store.ScopeOf(evs[0].ctx) {
 			n++
 		}
-		if err := q.insertAudit(evs[:n], false); err != nil {
+		if err := q.insertAudit(evs[:n], notify && n == len(evs)); err != nil {
 			return err
 		}
 		evs = evs[n:]
