@@ -111,6 +111,7 @@ func (h *Handler) signedRoutes() map[string]func(http.ResponseWriter, *http.Requ
 		"/v1/runner/attempt/logs":       h.appendLogs,
 		"/v1/runner/attempt/relinquish": h.relinquish,
 		"/v1/runner/attempt/result":     h.result,
+		"/v1/runner/results":            h.results,
 		"/v1/runner/attempt/artifacts":  h.requestUpload,
 		"/v1/runner/attempt/source":     h.attemptSource,
 		"/v1/runner/keys":               h.rotateKey,
@@ -207,6 +208,7 @@ var deferredNonce = map[string]bool{
 	"/v1/runner/attempt/renew":  true,
 	"/v1/runner/attempt/logs":   true,
 	"/v1/runner/attempt/result": true,
+	"/v1/runner/results":        true,
 }
 
 func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.SignedCall), deferNonce bool) http.HandlerFunc {
@@ -270,6 +272,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError is the one place where errors become HTTP answers.
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	p := problemOf(log, err)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// problemOf is the problem+json body that answers err, also where an error
+// answers one item of a batch (POST /v1/runner/results).
+func problemOf(log *slog.Logger, err error) protocol.Problem {
 	var pe *protocol.Error
 	p := protocol.Problem{Type: "about:blank"}
 	if errors.As(err, &pe) {
@@ -302,9 +313,7 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	if errors.As(err, &se) {
 		p.ServerTime = se.ServerTime.Unix()
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	return p
 }
 
 // detail strips the trailing ": code" the sentinel wrapping leaves, and any

@@ -210,6 +210,17 @@ func TestAU1AuditCoverage(t *testing.T) {
 				heldBy(t, ev[1])
 				require.Equal(t, "done", detailOf(t, ev[1], "reason"))
 			}},
+			"POST /v1/runner/results": {setup: func(e *auditSweep) { e.claimed() }, do: func(e *auditSweep) error {
+				ans, err := e.rc.Results(ctx, []apiclient.ResultItem{{Ref: e.ref, Result: protocol.ResultRequest{Outcome: "succeeded", Summary: "batched"}}})
+				if err == nil {
+					err = ans[0].Err
+				}
+				return err
+			}, want: []string{"lease.released", "attempt.succeeded"}, check: func(t *testing.T, ev []*store.AuditEvent) {
+				heldBy(t, ev[0])
+				heldBy(t, ev[1])
+				require.Equal(t, "batched", detailOf(t, ev[1], "reason"))
+			}},
 			"POST /v1/runner/attempt/artifacts": {setup: func(e *auditSweep) { e.srcClaimed(t) }, do: func(e *auditSweep) error {
 				_, err := e.src.rc.RequestUpload(ctx, e.src.ref, protocol.ArtifactRequest{Name: "out.txt"})
 				return err

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -39,6 +40,7 @@ var mt2Bodies = map[string]string{
 	"/v1/runner/attempt/result":     `{"outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]}`,
 	"/v1/runner/attempt/artifacts":  `{"name":"out.txt"}`,
 	"/v1/runner/attempt/source":     `{}`,
+	"/v1/runner/results":            `{"results":[{"run_id":"{{run}}","attempt_id":"{{attempt}}","lease_token":"{{lease}}","outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]}]}`,
 }
 
 var mt2Files = func() map[string]string {
@@ -203,6 +205,22 @@ func TestMT2CrossTenantIDsAreUnknown(t *testing.T) {
 				wantEvents = append(wantEvents, want{route, []string{"attempt"}})
 				continue
 			}
+			if route == "/v1/runner/results" {
+				// A batch of results names its attempts in its items, and
+				// answers each item: the call is accepted, the item refused.
+				items := func(ref apiclient.AttemptRef) string {
+					return strings.NewReplacer("{{run}}", ref.RunID, "{{attempt}}", ref.AttemptID, "{{lease}}", ref.LeaseToken).Replace(body)
+				}
+				for _, v := range variants {
+					rs, rc, rb := send(route, items(v.real), apiclient.AttemptRef{})
+					fs, fc, fb := send(route, items(v.fake), apiclient.AttemptRef{})
+					require.Equal(t, http.StatusOK, fs, fb)
+					require.Contains(t, fb, `"code":"`+protocol.CodeAttemptStale+`"`)
+					require.Equal(t, []any{fs, fc, norm(fb)}, []any{rs, rc, norm(rb)}, "%s %s", route, v.name)
+					wantEvents = append(wantEvents, want{route, v.kinds})
+				}
+				continue
+			}
 			for _, v := range variants {
 				rs, rc, rb := send(route, body, v.real)
 				fs, fc, fb := send(route, body, v.fake)
@@ -225,6 +243,16 @@ func TestMT2CrossTenantIDsAreUnknown(t *testing.T) {
 		require.Equal(t, protocol.CodeArtifactInvalid, fc)
 		require.Equal(t, []any{fs, fc, norm(fb)}, []any{rs, rc, norm(rb)})
 		wantEvents = append(wantEvents, want{"/v1/runner/attempt/result", []string{"artifact"}})
+		resultsBody := func(art string) string {
+			return fmt.Sprintf(`{"results":[{"run_id":%q,"attempt_id":%q,"lease_token":%q,"outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[%q]}]}`,
+				aRef.RunID, aRef.AttemptID, aRef.LeaseToken, art)
+		}
+		rs, rc, rb = send("/v1/runner/results", resultsBody(b.artifact), apiclient.AttemptRef{})
+		fs, fc, fb = send("/v1/runner/results", resultsBody(fakeArt), apiclient.AttemptRef{})
+		require.Equal(t, http.StatusOK, fs, fb)
+		require.Contains(t, fb, `"code":"`+protocol.CodeArtifactInvalid+`"`)
+		require.Equal(t, []any{fs, fc, norm(fb)}, []any{rs, rc, norm(rb)})
+		wantEvents = append(wantEvents, want{"/v1/runner/results", []string{"artifact"}})
 
 		// B's run and attempt are exactly as they were.
 		bRunAfter, err := st.RunGetByID(ctx, b.ref.RunID, false)

@@ -126,6 +126,28 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, call *authn.Sig
 	writeJSON(w, http.StatusOK, resp)
 }
 
+func (h *Handler) results(w http.ResponseWriter, r *http.Request, call *authn.SignedCall) {
+	var req protocol.ResultsRequest
+	if err := decode(call.Body, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	outs, err := h.svc.Results(r.Context(), call, &req)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	resp := protocol.ResultsResponse{Results: make([]protocol.ResultAnswer, len(outs))}
+	for i, o := range outs {
+		resp.Results[i] = protocol.ResultAnswer{AttemptID: o.AttemptID, RunState: o.RunState}
+		if o.Err != nil {
+			p := problemOf(h.log, o.Err)
+			resp.Results[i].Error = &p
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
 func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, call *authn.SignedCall) {
 	var req protocol.RotateKeyRequest
 	if err := decode(call.Body, &req); err != nil {

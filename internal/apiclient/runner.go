@@ -285,6 +285,56 @@ func (c *RunnerClient) Result(ctx context.Context, ref AttemptRef, req protocol.
 	return &resp, nil
 }
 
+// ResultItem is one attempt's result for Results.
+type ResultItem struct {
+	Ref    AttemptRef
+	Result protocol.ResultRequest
+}
+
+// ResultAnswer is Results' answer for one item: the run's state, or Err
+// (an *APIError) when the server refused that item alone.
+type ResultAnswer struct {
+	RunState string
+	Err      error
+}
+
+// Results reports the results of several attempts in one signed call (POST
+// /v1/runner/results), answered item by item in the items' order. The call
+// fails as a whole (err) only when nothing of it was recorded, or when the
+// answer was lost; retrying the same items then is safe, as it is for
+// Result: a result already recorded is acknowledged again.
+func (c *RunnerClient) Results(ctx context.Context, items []ResultItem) ([]ResultAnswer, error) {
+	if len(items) == 0 || len(items) > protocol.MaxResultsBatch {
+		return nil, fmt.Errorf("results: %d items, want 1..%d", len(items), protocol.MaxResultsBatch)
+	}
+	req := protocol.ResultsRequest{Results: make([]protocol.ResultItem, len(items))}
+	for i, it := range items {
+		r := it.Result
+		if r.Artifacts == nil {
+			r.Artifacts = []string{}
+		}
+		req.Results[i] = protocol.ResultItem{RunID: it.Ref.RunID, AttemptID: it.Ref.AttemptID, LeaseToken: it.Ref.LeaseToken, ResultRequest: r}
+	}
+	var resp protocol.ResultsResponse
+	if _, err := c.do(ctx, nil, req, &resp, "v1", "runner", "results"); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(items) {
+		return nil, fmt.Errorf("results: %d answers for %d items", len(resp.Results), len(items))
+	}
+	out := make([]ResultAnswer, len(items))
+	for i, a := range resp.Results {
+		if a.AttemptID != items[i].Ref.AttemptID {
+			return nil, fmt.Errorf("results: answer %d is for attempt %s, not %s", i, a.AttemptID, items[i].Ref.AttemptID)
+		}
+		out[i].RunState = a.RunState
+		if a.Error != nil {
+			out[i].Err = &APIError{Status: a.Error.Status, Problem: *a.Error}
+		}
+	}
+	return out, nil
+}
+
 // RotateKey replaces the runner's key: the request is signed with the current
 // key and carries newKey's public half. On success the client signs with
 // newKey from then on (the old key stops working at once on the server), so

@@ -50,10 +50,15 @@ type Config struct {
 	Raw bool
 	// RawBatch is the batched raw loop's rows per statement (default 10).
 	RawBatch int
-	// ClaimMax, above 1, makes the lifecycle phases' runners claim up to
-	// that many attempts per signed claim and work on them at once (see
-	// Env.ClaimMax); 1 (the default) claims one at a time.
+	// ClaimMax, above 1, makes the runners of the claim+result and
+	// lifecycle phases claim up to that many attempts per signed claim and
+	// work on them at once (see Env.ClaimMax); 1 (the default) claims one
+	// at a time.
 	ClaimMax int
+	// BatchResults has a runner report the results of the attempts it
+	// claimed together in one signed call (POST /v1/runner/results), as a
+	// queue's client completes jobs in batches, instead of one call each.
+	BatchResults bool
 	// LogsApart sends the lifecycle's log chunk in a call of its own
 	// rather than with the result (Runner.LogsApart).
 	LogsApart bool
@@ -104,8 +109,10 @@ type Result struct {
 	// LogsApart is Config.LogsApart.
 	LogsApart bool `json:"logs_apart,omitempty"`
 	// Renew is Config.Renew.
-	Renew   bool `json:"renew,omitempty"`
-	Clients int  `json:"clients"`
+	Renew bool `json:"renew,omitempty"`
+	// BatchResults is Config.BatchResults.
+	BatchResults bool `json:"batch_results,omitempty"`
+	Clients      int  `json:"clients"`
 	// GoVersion, CPUs and StartedAt describe where and when.
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
@@ -191,9 +198,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	for _, r := range runners {
-		r.LogsApart, r.Renew = cfg.LogsApart, cfg.Renew
+		r.LogsApart, r.Renew, r.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
 	}
-	res.LogsApart, res.Renew = cfg.LogsApart, cfg.Renew
+	res.LogsApart, res.Renew, res.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
 
 	if cfg.Idle > 0 {
 		run := env.RunIdle
@@ -356,7 +363,10 @@ func (r *Result) String() string {
 	s := fmt.Sprintf("jobplane bench: %s, %d runs, %d workers, %d clients (%s, %d CPUs)\n",
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
 	if r.ClaimMax > 1 {
-		s += fmt.Sprintf("  claims         up to %d attempts per claim in the lifecycle phases, worked on at once\n", r.ClaimMax)
+		s += fmt.Sprintf("  claims         up to %d attempts per claim, worked on at once\n", r.ClaimMax)
+	}
+	if r.BatchResults {
+		s += "  results        the results of attempts claimed together in one call (POST /v1/runner/results)\n"
 	}
 	if i := r.Idle; i != nil {
 		s += fmt.Sprintf("  idle runners   %d registered, %d waiting in a long poll at once\n", i.Runners, i.Waiting)

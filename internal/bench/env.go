@@ -169,6 +169,9 @@ type Runner struct {
 	LogsApart bool
 	// Renew renews each attempt's lease once before its result.
 	Renew bool
+	// BatchResults reports the results of attempts claimed together in one
+	// call (Runner.finishBatch).
+	BatchResults bool
 }
 
 // RegisterRunners registers n runners, each with its own registration token

@@ -112,6 +112,22 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 				for _, asg := range asgs {
 					l.claimedAt[asg.RunID] = t1
 				}
+				if r.BatchResults {
+					if err := r.finishBatch(gctx, asgs, t1, true); err != nil {
+						return err
+					}
+					mu.Lock()
+					l.last = clock.Real{}.Now()
+					mu.Unlock()
+					done.Add(int64(len(asgs)))
+					for range asgs {
+						finished <- struct{}{}
+					}
+					if results.Add(int64(len(asgs))) == int64(n) {
+						stopRunners()
+					}
+					continue
+				}
 				if len(asgs) == 1 {
 					if err := work(asgs[0], t1); err != nil {
 						return err

@@ -166,12 +166,21 @@ func (e *Env) drain(ctx context.Context, runners []*Runner, createdAt map[string
 					break
 				}
 				t0 := clock.Real{}.Now()
-				asg, err := r.Client.Claim(gctx, 0, "")
+				var asgs []*protocol.Assignment
+				var err error
+				if e.ClaimMax > 1 && limit == 0 {
+					asgs, err = r.Client.ClaimMany(gctx, 0, e.ClaimMax, "")
+				} else {
+					var asg *protocol.Assignment
+					if asg, err = r.Client.Claim(gctx, 0, ""); asg != nil {
+						asgs = []*protocol.Assignment{asg}
+					}
+				}
 				t1 := clock.Real{}.Now()
 				if err != nil {
 					return fmt.Errorf("runner %s: claim: %w", r.ID, err)
 				}
-				if asg == nil {
+				if len(asgs) == 0 {
 					reserved.Add(-1)
 					empties++
 					l.empty++
@@ -179,23 +188,20 @@ func (e *Env) drain(ctx context.Context, runners []*Runner, createdAt map[string
 				}
 				empties = 0
 				l.claimLat = append(l.claimLat, t1.Sub(t0))
-				l.claims[asg.RunID]++
-				if c, ok := createdAt[asg.RunID]; ok {
-					l.r2c = append(l.r2c, t1.Sub(c))
+				for _, asg := range asgs {
+					l.claims[asg.RunID]++
+					if c, ok := createdAt[asg.RunID]; ok {
+						l.r2c = append(l.r2c, t1.Sub(c))
+					}
 				}
-				ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
 				t2 := clock.Real{}.Now()
-				res, err := r.Client.Result(gctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
+				if err := r.plainResults(gctx, asgs); err != nil {
+					return err
+				}
 				t3 := clock.Real{}.Now()
-				if err != nil {
-					return fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
-				}
-				if res.RunState != "succeeded" {
-					return fmt.Errorf("runner %s: run %s is %s after its result, want succeeded", r.ID, asg.RunID, res.RunState)
-				}
 				l.resultLat = append(l.resultLat, t3.Sub(t2))
 				l.last = t3
-				done.Add(1)
+				done.Add(int64(len(asgs)))
 			}
 			return nil
 		})
@@ -218,11 +224,39 @@ func (e *Env) drain(ctx context.Context, runners []*Runner, createdAt map[string
 			last = l.last
 		}
 	}
-	out.Phase = newPhase(len(resultLat), last.Sub(start))
+	ran := 0
+	for _, n := range out.Claims {
+		ran += n
+	}
+	out.Phase = newPhase(ran, last.Sub(start))
 	out.ClaimLatency = Summarize(claimLat)
 	out.ResultLatency = Summarize(resultLat)
 	out.RequestToClaimed = Summarize(r2c)
 	return out, nil
+}
+
+// plainResults reports success, with no log chunk, for attempts claimed
+// together: in one call with BatchResults, else a call each, at once.
+func (r *Runner) plainResults(ctx context.Context, asgs []*protocol.Assignment) error {
+	if r.BatchResults {
+		return r.finishBatch(ctx, asgs, time.Time{}, false)
+	}
+	errs := make([]error, len(asgs))
+	var wg sync.WaitGroup
+	for i, asg := range asgs {
+		wg.Go(func() {
+			ref := apiclient.AttemptRef{RunID: asg.RunID, AttemptID: asg.AttemptID, LeaseToken: asg.Lease.Token}
+			res, err := r.Client.Result(ctx, ref, protocol.ResultRequest{Outcome: "succeeded", Summary: "bench"})
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("runner %s: result of run %s: %w", r.ID, asg.RunID, err)
+			case res.RunState != "succeeded":
+				errs[i] = fmt.Errorf("runner %s: run %s is %s after its result, want succeeded", r.ID, asg.RunID, res.RunState)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // ErrVerify marks a run that did not end as the benchmark expects.

@@ -649,59 +649,23 @@ func (a resultRecord) same(b resultRecord) bool {
 // Result records an attempt's terminal outcome. The same result again is
 // acknowledged; a different one is a conflict.
 func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *protocol.ResultRequest) (*protocol.ResultResponse, error) {
-	if req.Outcome != "succeeded" && req.Outcome != "failed" {
-		return nil, fmt.Errorf("outcome must be succeeded or failed: %w", protocol.ErrBadRequest)
-	}
-	if len(req.Summary) > 4096 || len(req.RequestID) > 200 {
-		return nil, fmt.Errorf("summary or request_id too long: %w", protocol.ErrBadRequest)
-	}
-	rec := resultRecord{Outcome: req.Outcome, ExitCode: req.ExitCode, Summary: req.Summary, Artifacts: req.Artifacts, RequestID: req.RequestID}
-	if rec.Artifacts == nil {
-		rec.Artifacts = []string{}
-	}
-	var lines []store.LogLine
-	if req.Logs != nil {
-		var err error
-		if lines, err = logChunk(req.Logs, "logs."); err != nil {
-			return nil, err
-		}
+	in, err := prepareResult(req)
+	if err != nil {
+		return nil, err
 	}
 	var resp *protocol.ResultResponse
-	err := s.commits.do(ctx, func(tx store.Tx) error {
-		a, r, now, err := s.checkAttempt(ctx, tx, call)
-		if errors.Is(err, errEnded) {
-			var prev resultRecord
-			if json.Unmarshal(a.Result, &prev) != nil || !prev.same(rec) {
-				return fmt.Errorf("attempt %s already ended %s with another result: %w", a.ID, a.State, protocol.ErrResultConflict)
-			}
-			resp = &protocol.ResultResponse{RunState: string(r.State)}
+	err = s.commits.do(ctx, func(tx store.Tx) error {
+		a, r, now, ack, err := s.resultCheck(ctx, tx, call, in)
+		if err != nil {
+			return err
+		}
+		if ack != nil {
+			resp = ack
 			return nil
 		}
-		if err != nil {
+		if resp, err = s.resultWrite(ctx, tx, call, in, a, r, now); err != nil {
 			return err
 		}
-		if err := s.checkResultArtifacts(ctx, tx, a, rec.Artifacts); err != nil {
-			return err
-		}
-		if req.Logs != nil {
-			// Before the attempt ends: a log follower that sees the run
-			// finished has seen its last lines.
-			if err := appendChunk(ctx, tx, a, req.Logs.Seq, slices.Clone(lines), now); err != nil {
-				return err
-			}
-		}
-		raw, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		state := store.AttemptSucceeded
-		if req.Outcome == "failed" {
-			state = store.AttemptFailed
-		}
-		if err := s.endAttempt(ctx, tx, r, a, state, raw, now, "runner:"+call.Runner.ID, req.Summary); err != nil {
-			return err
-		}
-		resp = &protocol.ResultResponse{RunState: string(r.State)}
 		return failpoint.Inject("result.beforeCommit")
 	})
 	if err != nil {
@@ -711,6 +675,172 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		return nil, err
 	}
 	return resp, nil
+}
+
+// ResultOutcome is one item's outcome in Results: the run's state, or the
+// refusal of that item alone.
+type ResultOutcome struct {
+	AttemptID string
+	RunState  string
+	Err       error
+}
+
+// Results records the results of several of the runner's attempts in one
+// transaction, each item as Result would record it alone. An item that
+// Result would refuse (a stale or expired lease, a conflicting result,
+// artifacts not its own) is refused on its own and the others are
+// recorded; an invalid item refuses the whole call, and nothing is
+// recorded. The items name their attempts: the call itself names none.
+func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *protocol.ResultsRequest) ([]ResultOutcome, error) {
+	ins, calls, err := prepareResults(call, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ResultOutcome, len(req.Results))
+	err = s.commits.do(ctx, func(tx store.Tx) error {
+		for i, in := range ins {
+			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
+			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in)
+			switch {
+			case isRefusal(err):
+				// The checks only read: refusing this item leaves the
+				// transaction as the items before it left it.
+				out[i].Err = err
+				continue
+			case err != nil:
+				return err
+			case ack != nil:
+				out[i].RunState = ack.RunState
+				continue
+			}
+			resp, err := s.resultWrite(ctx, tx, calls[i], in, a, r, now)
+			if err != nil {
+				return err
+			}
+			out[i].RunState = resp.RunState
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mapStoreErr(err)
+	}
+	return out, nil
+}
+
+// prepareResults checks a results call outside any transaction: each item
+// as Result checks its body, and each gets the signed call it would have
+// been alone, naming its attempt with its lease token.
+func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*resultInput, []*authn.SignedCall, error) {
+	if call.Run != "" || call.Attempt != "" || call.Lease != "" {
+		return nil, nil, fmt.Errorf("a results call names its attempts in its items, not in the Jobplane-Run, Jobplane-Attempt and Jobplane-Lease headers: %w", protocol.ErrBadRequest)
+	}
+	if len(req.Results) == 0 || len(req.Results) > protocol.MaxResultsBatch {
+		return nil, nil, fmt.Errorf("results must hold 1 to %d items, not %d: %w", protocol.MaxResultsBatch, len(req.Results), protocol.ErrBadRequest)
+	}
+	ins := make([]*resultInput, len(req.Results))
+	calls := make([]*authn.SignedCall, len(req.Results))
+	seen := make(map[string]int, len(req.Results))
+	for i := range req.Results {
+		it := &req.Results[i]
+		if it.RunID == "" || it.AttemptID == "" || it.LeaseToken == "" {
+			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d]", i), Err: fmt.Errorf("results[%d]: run_id, attempt_id and lease_token are required: %w", i, protocol.ErrBadRequest)}
+		}
+		if j, dup := seen[it.AttemptID]; dup {
+			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d].attempt_id", i), Err: fmt.Errorf("results[%d]: attempt %s is also results[%d]: %w", i, it.AttemptID, j, protocol.ErrBadRequest)}
+		}
+		seen[it.AttemptID] = i
+		in, err := prepareResult(&it.ResultRequest)
+		if err != nil {
+			field := fmt.Sprintf("results[%d]", i)
+			if fe := (*FieldError)(nil); errors.As(err, &fe) {
+				field += "." + fe.Field
+			}
+			return nil, nil, &FieldError{Field: field, Err: fmt.Errorf("results[%d]: %w", i, err)}
+		}
+		ins[i] = in
+		calls[i] = &authn.SignedCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}
+	}
+	return ins, calls, nil
+}
+
+// isRefusal reports whether err refuses a request (a 4xx problem) rather
+// than reporting a failure to serve it.
+func isRefusal(err error) bool {
+	var pe *protocol.Error
+	return errors.As(err, &pe) && pe.Status < 500
+}
+
+// resultInput is a result request validated outside any transaction.
+type resultInput struct {
+	req   *protocol.ResultRequest
+	rec   resultRecord
+	raw   json.RawMessage
+	lines []store.LogLine
+	state store.AttemptState
+}
+
+func prepareResult(req *protocol.ResultRequest) (*resultInput, error) {
+	if req.Outcome != "succeeded" && req.Outcome != "failed" {
+		return nil, fmt.Errorf("outcome must be succeeded or failed: %w", protocol.ErrBadRequest)
+	}
+	if len(req.Summary) > 4096 || len(req.RequestID) > 200 {
+		return nil, fmt.Errorf("summary or request_id too long: %w", protocol.ErrBadRequest)
+	}
+	in := &resultInput{req: req, state: store.AttemptSucceeded}
+	if req.Outcome == "failed" {
+		in.state = store.AttemptFailed
+	}
+	in.rec = resultRecord{Outcome: req.Outcome, ExitCode: req.ExitCode, Summary: req.Summary, Artifacts: req.Artifacts, RequestID: req.RequestID}
+	if in.rec.Artifacts == nil {
+		in.rec.Artifacts = []string{}
+	}
+	if req.Logs != nil {
+		var err error
+		if in.lines, err = logChunk(req.Logs, "logs."); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if in.raw, err = json.Marshal(in.rec); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// resultCheck locks and checks the attempt a result is for, writing
+// nothing. ack is set when the attempt already ended with this same result.
+func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
+	a, r, now, err = s.checkAttempt(ctx, tx, call)
+	if errors.Is(err, errEnded) {
+		var prev resultRecord
+		if json.Unmarshal(a.Result, &prev) != nil || !prev.same(in.rec) {
+			return nil, nil, now, nil, fmt.Errorf("attempt %s already ended %s with another result: %w", a.ID, a.State, protocol.ErrResultConflict)
+		}
+		return nil, nil, now, &protocol.ResultResponse{RunState: string(r.State)}, nil
+	}
+	if err != nil {
+		return nil, nil, now, nil, err
+	}
+	if err := s.checkResultArtifacts(ctx, tx, a, in.rec.Artifacts); err != nil {
+		return nil, nil, now, nil, err
+	}
+	return a, r, now, nil, nil
+}
+
+// resultWrite records a checked result: its log chunk, then the attempt's
+// end.
+func (s *Service) resultWrite(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
+	if in.req.Logs != nil {
+		// Before the attempt ends: a log follower that sees the run
+		// finished has seen its last lines.
+		if err := appendChunk(ctx, tx, a, in.req.Logs.Seq, slices.Clone(in.lines), now); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.endAttempt(ctx, tx, r, a, in.state, in.raw, now, "runner:"+call.Runner.ID, in.req.Summary); err != nil {
+		return nil, err
+	}
+	return &protocol.ResultResponse{RunState: string(r.State)}, nil
 }
 
 // endAttempt ends a live attempt and moves its run on: to its end, or to a

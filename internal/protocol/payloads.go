@@ -165,6 +165,39 @@ type ResultResponse struct {
 	RunState string `json:"run_state"`
 }
 
+// ResultsRequest is the body of POST /v1/runner/results: the results of
+// several of the runner's attempts in one signed call. Each item names its
+// attempt and carries the attempt's lease token, which is the item's
+// authority as the Jobplane-Lease header is a single result's.
+type ResultsRequest struct {
+	Results []ResultItem `json:"results"`
+}
+
+// MaxResultsBatch bounds the items of a ResultsRequest.
+const MaxResultsBatch = 32
+
+// ResultItem is one attempt's result in a ResultsRequest.
+type ResultItem struct {
+	RunID      string `json:"run_id"`
+	AttemptID  string `json:"attempt_id"`
+	LeaseToken string `json:"lease_token"`
+	ResultRequest
+}
+
+// ResultsResponse answers POST /v1/runner/results: one answer per item, in
+// the items' order.
+type ResultsResponse struct {
+	Results []ResultAnswer `json:"results"`
+}
+
+// ResultAnswer is one item's answer: the run's state when the result was
+// accepted (or was already recorded), else the problem that refused it.
+type ResultAnswer struct {
+	AttemptID string   `json:"attempt_id"`
+	RunState  string   `json:"run_state,omitempty"`
+	Error     *Problem `json:"error,omitempty"`
+}
+
 // RotateKeyRequest is the body of POST /v1/runner/keys.
 type RotateKeyRequest struct {
 	PublicKey string `json:"public_key"`

@@ -518,10 +518,8 @@ func (a *attempt) finish(ctx context.Context, outcome string, code int, summary 
 	req := protocol.ResultRequest{Outcome: outcome, ExitCode: code, Summary: summary, Artifacts: a.artifacts, RequestID: a.resultID, Logs: last}
 	var state string
 	ok := a.call(ctx, "post result", func(c context.Context) error {
-		resp, err := a.w.rc.Result(c, a.ref, req)
-		if err == nil {
-			state = resp.RunState
-		}
+		var err error
+		state, err = a.w.results.send(c, a.ref, req)
 		return err
 	})
 	if ok {

@@ -45,6 +45,14 @@ type fakeServer struct {
 	seqs         map[string][]int64
 	results      map[string][]protocol.ResultRequest
 	relinquished map[string]string
+	// resultCalls lists the attempts of each result call, single or batch,
+	// in arrival order; with holdFirstResult set, the first of them is
+	// answered only once it is closed.
+	resultCalls     [][]string
+	holdFirstResult chan struct{}
+	// noBatchRoute answers POST /v1/runner/results 404, as a server that
+	// predates it would.
+	noBatchRoute bool
 	badRequests  []string
 	changed      chan struct{}
 }
@@ -191,6 +199,15 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if r.URL.Path == "/v1/runner/results" {
+		if s.noBatchRoute {
+			problem(w, 404, protocol.CodeNotFound)
+			return
+		}
+		s.results_(w, sr, body)
+		return
+	}
+
 	// Attempt-scoped routes: the headers must name a current lease.
 	a := s.leased[sr.Attempt]
 	if a == nil || a.RunID != sr.Run || a.Lease.Token != sr.Lease {
@@ -239,17 +256,68 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(w, 400, protocol.CodeBadRequest)
 			return
 		}
-		// A final log chunk in the result is stored as the logs call stores
-		// one, idempotent by seq.
-		if l := req.Logs; l != nil && !slices.Contains(s.seqs[sr.Attempt], l.Seq) {
-			s.seqs[sr.Attempt] = append(s.seqs[sr.Attempt], l.Seq)
-			s.logs[sr.Attempt] = append(s.logs[sr.Attempt], l.Lines...)
-		}
-		s.results[sr.Attempt] = append(s.results[sr.Attempt], req)
+		s.holdResultCall([]string{sr.Attempt})
+		s.record(sr.Attempt, req)
 		reply(w, 200, protocol.ResultResponse{RunState: req.Outcome})
 	default:
 		problem(w, 404, protocol.CodeNotFound)
 	}
+}
+
+// holdResultCall notes a result call and, for the first one while
+// holdFirstResult is set, waits for it with s.mu released.
+func (s *fakeServer) holdResultCall(attempts []string) {
+	s.resultCalls = append(s.resultCalls, attempts)
+	s.notify()
+	if hold := s.holdFirstResult; hold != nil && len(s.resultCalls) == 1 {
+		s.mu.Unlock()
+		<-hold
+		s.mu.Lock()
+	}
+}
+
+// record stores a result and its final log chunk (idempotent by seq, as
+// the logs call is); s.mu is held.
+func (s *fakeServer) record(attempt string, req protocol.ResultRequest) {
+	if l := req.Logs; l != nil && !slices.Contains(s.seqs[attempt], l.Seq) {
+		s.seqs[attempt] = append(s.seqs[attempt], l.Seq)
+		s.logs[attempt] = append(s.logs[attempt], l.Lines...)
+	}
+	s.results[attempt] = append(s.results[attempt], req)
+}
+
+// results_ answers POST /v1/runner/results as the server does: the call
+// names no attempt in its headers, each item must name a current lease of
+// the runner with its token, and items are answered one by one; s.mu is
+// held.
+func (s *fakeServer) results_(w http.ResponseWriter, sr protocol.SignedRequest, body []byte) {
+	var req protocol.ResultsRequest
+	if sr.Run != "" || sr.Attempt != "" || sr.Lease != "" || json.Unmarshal(body, &req) != nil ||
+		len(req.Results) == 0 || len(req.Results) > protocol.MaxResultsBatch {
+		problem(w, 400, protocol.CodeBadRequest)
+		return
+	}
+	ids := make([]string, len(req.Results))
+	for i, it := range req.Results {
+		if it.Outcome != "succeeded" && it.Outcome != "failed" || slices.Contains(ids[:i], it.AttemptID) {
+			problem(w, 400, protocol.CodeBadRequest)
+			return
+		}
+		ids[i] = it.AttemptID
+	}
+	s.holdResultCall(ids)
+	resp := protocol.ResultsResponse{Results: make([]protocol.ResultAnswer, len(req.Results))}
+	for i, it := range req.Results {
+		resp.Results[i].AttemptID = it.AttemptID
+		a := s.leased[it.AttemptID]
+		if a == nil || a.RunID != it.RunID || a.Lease.Token != it.LeaseToken {
+			resp.Results[i].Error = &protocol.Problem{Type: "about:blank", Status: 409, Code: protocol.CodeAttemptStale}
+			continue
+		}
+		s.record(it.AttemptID, it.ResultRequest)
+		resp.Results[i].RunState = it.Outcome
+	}
+	reply(w, 200, resp)
 }
 
 // waitFor polls cond under the server's lock until it holds or the test's

@@ -20,6 +20,8 @@ type Worker struct {
 	log *slog.Logger
 	clk clock.Clock
 	rc  *apiclient.RunnerClient
+	// results coalesces the results of attempts that end together.
+	results *resultSender
 
 	// Timing knobs; tests shorten them.
 	heartbeatEvery time.Duration
@@ -40,11 +42,13 @@ func New(cfg Config) (*Worker, error) {
 	}
 	cfg.setDefaults()
 	cfg.Labels = append([]string{}, cfg.Labels...)
+	rc := &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: cfg.HTTP, Clock: cfg.Clock}
 	return &Worker{
 		cfg:            cfg,
 		log:            cfg.Logger,
 		clk:            cfg.Clock,
-		rc:             &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: cfg.HTTP, Clock: cfg.Clock},
+		rc:             rc,
+		results:        &resultSender{rc: rc},
 		heartbeatEvery: 10 * time.Second,
 		backoffBase:    500 * time.Millisecond,
 		backoffMax:     30 * time.Second,

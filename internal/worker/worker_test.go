@@ -52,6 +52,13 @@ func testConfig(t *testing.T, server, dir string, clk clock.Clock) Config {
 // startWorker runs a worker with short timings until the test ends.
 func startWorker(t *testing.T, cfg Config) (context.CancelFunc, chan error) {
 	t.Helper()
+	_, cancel, done := startWorkerW(t, cfg)
+	return cancel, done
+}
+
+// startWorkerW is startWorker that also returns the worker.
+func startWorkerW(t *testing.T, cfg Config) (*Worker, context.CancelFunc, chan error) {
+	t.Helper()
 	w, err := New(cfg)
 	require.NoError(t, err)
 	w.heartbeatEvery = 200 * time.Millisecond
@@ -74,7 +81,7 @@ func startWorker(t *testing.T, cfg Config) (context.CancelFunc, chan error) {
 			t.Error("worker did not stop")
 		}
 	})
-	return cancel, done
+	return w, cancel, done
 }
 
 func setup(t *testing.T, clk clock.Clock) *testBundle {
@@ -479,5 +486,83 @@ func TestSlotsClaimInBatches(t *testing.T) {
 	for _, a := range as {
 		require.Len(t, b.srv.results[a.AttemptID], 1)
 		require.Equal(t, "succeeded", b.srv.results[a.AttemptID][0].Outcome)
+	}
+}
+
+// The results of attempts that end while a result call is in flight go
+// together in one POST /v1/runner/results once it returns; each attempt's
+// result is recorded once.
+func TestResultsEndingTogetherShareACall(t *testing.T) {
+	t.Parallel()
+	for _, batchRoute := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch route %v", batchRoute), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			b.srv.holdFirstResult = make(chan struct{})
+			b.srv.noBatchRoute = !batchRoute
+			var as []*protocol.Assignment
+			for range 3 {
+				a := assignment(b.out, "true")
+				as = append(as, a)
+				b.srv.enqueue(a)
+			}
+			cfg := testConfig(t, b.ts.URL, b.dir, b.clk)
+			cfg.Concurrency = 3
+			var w *Worker
+			w, b.cancel, b.done = startWorkerW(t, cfg)
+			var first int
+			b.srv.waitFor(t, "the first result call", 20*time.Second, func() bool {
+				if len(b.srv.resultCalls) == 0 {
+					return false
+				}
+				first = len(b.srv.resultCalls[0])
+				return true
+			})
+			// While the first call is held, the other results wait in the
+			// worker for it to return.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				w.results.mu.Lock()
+				queued := len(w.results.queue)
+				w.results.mu.Unlock()
+				if queued == 3-first {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "results queued: %d, want %d", queued, 3-first)
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(b.srv.holdFirstResult)
+			b.srv.waitFor(t, "results", 20*time.Second, func() bool {
+				for _, a := range as {
+					if len(b.srv.results[a.AttemptID]) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			b.srv.mu.Lock()
+			defer b.srv.mu.Unlock()
+			for _, a := range as {
+				require.Len(t, b.srv.results[a.AttemptID], 1)
+				require.Equal(t, "succeeded", b.srv.results[a.AttemptID][0].Outcome)
+			}
+			var sizes []int
+			for _, c := range b.srv.resultCalls {
+				sizes = append(sizes, len(c))
+			}
+			if batchRoute {
+				require.Len(t, sizes, 2, "one call in flight, then one for the rest: %v", sizes)
+				require.Equal(t, 3, sizes[0]+sizes[1])
+				require.Greater(t, max(sizes[0], sizes[1]), 1, "results that waited went together")
+			} else {
+				// An older server: one call per result once the batch was
+				// refused with 404.
+				require.Equal(t, 3, len(sizes), "%v", sizes)
+				require.Equal(t, []int{1, 1, 1}, sizes)
+				w.results.mu.Lock()
+				require.True(t, w.results.single)
+				w.results.mu.Unlock()
+			}
+		})
 	}
 }
