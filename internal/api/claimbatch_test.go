@@ -3,6 +3,7 @@ package api_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -106,5 +107,57 @@ func TestClaimBatchBadMax(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "max 0 is the one-attempt form")
 		_, err := rc.ClaimMany(e.ctx(), 0, protocol.MaxClaimBatch+1, "")
 		require.Error(t, err, "the client refuses too")
+	})
+}
+
+// A claim of several whose middle attempt may not go (its lease key is
+// taken by the attempt before it in the same claim) hands out the others,
+// leaves that one queued, blocked on the key, and leaks nothing: the
+// attempt is not leased to the runner, and a retry of the lost answer
+// finds exactly what was handed out.
+func TestClaimBatchSkipsBlockedAttempt(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newEnvFiles(t, st, leaseDefinitions)
+		first := e.requestP("migrate", `{}`)
+		e.clock.Advance(time.Millisecond)
+		second := e.requestP("migrate", `{}`) // same key: waits for the first
+		e.clock.Advance(time.Millisecond)
+		third := e.requestP("backfill", `{"account":"1"}`)
+		rc := e.runner()
+		asgs, err := rc.ClaimMany(e.ctx(), 0, 3, "lost-answer")
+		require.NoError(t, err)
+		var got []string
+		for _, a := range asgs {
+			got = append(got, a.RunID)
+		}
+		require.ElementsMatch(t, []string{first.ID, third.ID}, got)
+
+		blocked := e.run(second.ID)
+		require.Equal(t, "queued", blocked.State)
+		require.Len(t, blocked.Attempts, 1)
+		require.Equal(t, "queued", blocked.Attempts[0].State)
+		require.Empty(t, blocked.Attempts[0].Runner, "the blocked attempt is not the runner's")
+
+		again, err := rc.ClaimMany(e.ctx(), 0, 3, "lost-answer")
+		require.NoError(t, err)
+		got = got[:0]
+		for _, a := range again {
+			got = append(got, a.RunID)
+		}
+		require.ElementsMatch(t, []string{first.ID, third.ID}, got, "the retry gets what was handed out, nothing else")
+
+		// Once the first ends, the second is claimable.
+		for _, a := range again {
+			if a.RunID != first.ID {
+				continue
+			}
+			_, err := rc.Result(e.ctx(), apiclient.AttemptRef{RunID: a.RunID, AttemptID: a.AttemptID, LeaseToken: a.Lease.Token}, protocol.ResultRequest{Outcome: "succeeded"})
+			require.NoError(t, err)
+		}
+		next, err := rc.ClaimMany(e.ctx(), 0, 3, "")
+		require.NoError(t, err)
+		require.Len(t, next, 1)
+		require.Equal(t, second.ID, next[0].RunID)
 	})
 }

@@ -201,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		r.LogsApart, r.Renew, r.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
 	}
 	res.LogsApart, res.Renew, res.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
+	if err := env.Settle(ctx); err != nil {
+		return nil, err
+	}
 
 	if cfg.Idle > 0 {
 		run := env.RunIdle

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
@@ -74,6 +75,8 @@ type Env struct {
 	ClaimMax int
 
 	dir string
+	// repoWritten is when the definitions' branch head was written.
+	repoWritten time.Time
 }
 
 // StartEnv starts a server for a benchmark. Close it when done: it stops
@@ -93,6 +96,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 	if _, err := gitsync.InitRepo(repo, "main", Definitions, "jobplane bench definitions"); err != nil {
 		return nil, fmt.Errorf("create definitions repository: %w", err)
 	}
+	written := clock.Real{}.Now()
 	db := cfg.DB
 	if db == "" {
 		db = "sqlite:" + filepath.Join(dir, "data", "jobplane.db")
@@ -135,7 +139,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		},
 	}
 	return &Env{
-		Server: srv, URL: srv.URL(), HTTP: hc, Driver: driver, DSN: db, dir: dir,
+		Server: srv, URL: srv.URL(), HTTP: hc, Driver: driver, DSN: db, dir: dir, repoWritten: written,
 		Admin: &apiclient.Client{BaseURL: srv.URL(), Token: token, HTTP: hc},
 	}, nil
 }
@@ -158,6 +162,25 @@ func (e *Env) Close() error {
 		t.CloseIdleConnections()
 	}
 	return errors.Join(err, os.RemoveAll(e.dir))
+}
+
+// Settle waits, once, until the definitions' branch head is older than
+// gitsync.RacyWindow: until then every request and claim reads the head from
+// the repository, which a server whose definitions were not written a
+// moment ago never does (gitsync/headcache.go).
+func (e *Env) Settle(ctx context.Context) error {
+	wait := e.repoWritten.Add(gitsync.RacyWindow + 100*time.Millisecond).Sub(clock.Real{}.Now())
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Runner is one registered runner identity.

@@ -375,6 +375,27 @@ func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams)
 	return a, r, err
 }
 
+// attemptClaims is attemptClaim for several slots: a claim that found
+// fewer than it asked for leaves the scope empty for the rest of the group.
+func attemptClaims(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams, slots []store.ClaimSlot) ([]store.ClaimedRun, error) {
+	bt, ok := tx.(*batchTx)
+	if !ok {
+		return tx.AttemptClaimRuns(ctx, p, slots)
+	}
+	k := claimScope(p)
+	if bt.empty[k] {
+		return nil, nil
+	}
+	cs, err := bt.AttemptClaimRuns(ctx, p, slots)
+	if err == nil && len(cs) < len(slots) {
+		if bt.empty == nil {
+			bt.empty = map[string]bool{}
+		}
+		bt.empty[k] = true
+	}
+	return cs, err
+}
+
 // CommitStats reports the group committer's counters.
 func (s *Service) CommitStats() CommitStats {
 	s.commits.mu.Lock()

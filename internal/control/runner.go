@@ -242,8 +242,10 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 	}
 }
 
-// claimTx claims up to n attempts in one group transaction, stopping at the
-// first that is not handed out (revoked). github says the runner's tenant
+// claimTx claims up to n attempts in one group transaction. One at a time
+// it stops at the first that is not handed out (revoked); a claim of
+// several takes them in one statement and hands out each that may go, and
+// reports revoked when one may not. github says the runner's tenant
 // is a GitHub installation's: its status is read again inside the claim
 // transaction, so that a claim long-polling across a suspension (or a
 // deletion) hands out nothing of that tenant.
@@ -256,6 +258,33 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 	revoked := false
 	err := s.commits.do(ctx, func(tx store.Tx) error {
 		claimed, revoked = claimed[:0], false
+		if n > 1 {
+			// One statement claims them all; each is then handed out or
+			// not on its own, and none stays claimed without either.
+			slots := make([]store.ClaimSlot, n)
+			for i := range slots {
+				slots[i] = store.ClaimSlot{LeaseDigest: protocol.SHA256Hex([]byte(tokens[i])), ClaimRequestID: slotRequestID(requestID, i)}
+			}
+			cs, err := attemptClaims(ctx, tx, s.claimParams(call, "", ""), slots)
+			if err != nil {
+				return err
+			}
+			for _, c := range cs {
+				got, err := s.handOut(ctx, tx, call, c.Attempt, c.Run, tokens[c.Slot], github)
+				if errors.Is(err, errRevoked) {
+					revoked = true
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				claimed = append(claimed, *got)
+			}
+			if len(claimed) == 0 {
+				return nil
+			}
+			return failpoint.Inject("claim.beforeCommit")
+		}
 		for len(claimed) < n {
 			slot := len(claimed)
 			c, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), github)
@@ -316,19 +345,32 @@ type claimedAttempt struct {
 // blocked on a lease key); its new state is part of the transaction.
 var errRevoked = errors.New("claimed attempt not handed out")
 
+// claimParams are the runner's claim parameters, with one attempt's lease
+// digest and claim request ID.
+func (s *Service) claimParams(call *authn.SignedCall, digest, requestID string) *store.AttemptClaimParams {
+	return &store.AttemptClaimParams{
+		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
+		RunnerID: call.Runner.ID, LeaseDigest: digest, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
+		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
+	}
+}
+
 // claimIn claims one attempt in tx: nil when none is eligible.
 func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
-	a, r, err := attemptClaim(ctx, tx, &store.AttemptClaimParams{
-		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
-		RunnerID: call.Runner.ID, LeaseDigest: protocol.SHA256Hex([]byte(token)), SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
-		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
-	})
+	a, r, err := attemptClaim(ctx, tx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	return s.handOut(ctx, tx, call, a, r, token, github)
+}
+
+// handOut decides, in tx, whether an attempt just claimed goes to the
+// runner: errRevoked when it does not (denied at dispatch, or blocked on a
+// lease key), its new state then being part of tx.
+func (s *Service) handOut(ctx context.Context, tx store.Tx, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.

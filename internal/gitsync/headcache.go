@@ -32,6 +32,10 @@ import (
 // timestamps.
 const racyWindow = 2 * time.Second
 
+// RacyWindow is how long after a branch head was written Resolve reads it
+// from the repository each time rather than from its cache.
+const RacyWindow = racyWindow
+
 type fileStamp struct {
 	exists bool
 	ino    uint64

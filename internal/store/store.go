@@ -314,6 +314,20 @@ type AttemptClaimParams struct {
 	Now            *time.Time
 }
 
+// ClaimSlot is one attempt's share of a claim of several.
+type ClaimSlot struct {
+	LeaseDigest    string
+	ClaimRequestID string
+}
+
+// ClaimedRun is an attempt AttemptClaimRuns claimed, its run, and the index
+// of the slot it was claimed for.
+type ClaimedRun struct {
+	Attempt *Attempt
+	Run     *Run
+	Slot    int
+}
+
 // AttemptListExpiredParams lists leased attempts whose lease has run out.
 type AttemptListExpiredParams struct {
 	Now   *time.Time
@@ -402,6 +416,13 @@ type Queries interface {
 	// locked for update after the attempt (the order every call locks
 	// them in), in the same statement where the store can.
 	AttemptClaimRun(ctx context.Context, p *AttemptClaimParams) (*Attempt, *Run, error)
+	// AttemptClaimRuns claims up to len(slots) eligible attempts at once,
+	// the ones and in the order AttemptClaimRun would claim them one after
+	// another: the i-th claimed gets slots[i]'s lease digest and claim
+	// request ID (p's own are not used). Each attempt's run is locked after
+	// the attempts, in the same statement where the store can. Nothing
+	// eligible: no error, an empty slice.
+	AttemptClaimRuns(ctx context.Context, p *AttemptClaimParams, slots []ClaimSlot) ([]ClaimedRun, error)
 	// AttemptCreate inserts an attempt. At most one queued or leased attempt
 	// may exist per run (ErrAlreadyExists).
 	AttemptCreate(ctx context.Context, a *Attempt) error

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -262,6 +263,54 @@ func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimPara
 		return nil, nil, err
 	}
 	return a, r, nil
+}
+
+// claimRunsQuery is claimRunQuery for up to $10 attempts: the i-th in
+// claim order gets the i-th lease digest ($3) and claim request ID ($4).
+// The row numbers are taken after the locking CTE, which may not carry a
+// window function; the runs are locked in claim order.
+var claimRunsQuery = strings.Replace(strings.Replace(claimWith, "SELECT a.id FROM", "SELECT a.id, a.not_before FROM", 1), "LIMIT 1", "LIMIT $10", 1) + `,
+		o AS (SELECT id, row_number() OVER (ORDER BY not_before, id) AS i FROM c),
+		u AS (
+		UPDATE attempts SET state = 'leased', runner_id = $2, lease_digest = ($3::text[])[o.i], claim_request_id = ($4::text[])[o.i],
+			claimed_at = n.now, heartbeat_at = n.now,
+			deadline = n.now + attempts.timeout_us * interval '1 microsecond',
+			lease_expires_at = n.now + LEAST(attempts.lease_ttl_us, attempts.timeout_us) * interval '1 microsecond'
+		FROM o, n
+		WHERE attempts.id = o.id AND attempts.state = 'queued'
+		RETURNING o.i, ` + attemptColsQ + `)
+		SELECT u.*, ` + runColsQ + ` FROM u JOIN runs ON runs.id = u.run_id ORDER BY u.i FOR UPDATE OF runs`
+
+func (q *queries) AttemptClaimRuns(ctx context.Context, p *store.AttemptClaimParams, slots []store.ClaimSlot) ([]store.ClaimedRun, error) {
+	if len(slots) == 0 {
+		return nil, nil
+	}
+	digests, requests := make([]string, len(slots)), make([]string, len(slots))
+	for i, sl := range slots {
+		digests[i], requests[i] = sl.LeaseDigest, sl.ClaimRequestID
+	}
+	rows, err := q.db.Query(ctx, claimRunsQuery,
+		p.Now, p.RunnerID, digests, requests, p.Tenant, p.Pool, listArg(p.RunnerLabels),
+		p.SelfHosted, listArg(p.AllowedRepos), len(slots))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.ClaimedRun
+	for rows.Next() {
+		var slot int64
+		var r *store.Run
+		a, err := scanAttempt(scanFunc(func(ad ...any) error {
+			var err error
+			r, err = scanRun(scanFunc(func(rd ...any) error { return rows.Scan(append(append([]any{&slot}, ad...), rd...)...) }))
+			return err
+		}))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.ClaimedRun{Attempt: a, Run: r, Slot: int(slot) - 1})
+	}
+	return out, interpretError(rows.Err())
 }
 
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -257,6 +258,25 @@ func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimPara
 		return nil, nil, err
 	}
 	return a, r, nil
+}
+
+// AttemptClaimRuns: with one writer, claims one after another see exactly
+// the queue one statement would; statements cost no round trip here.
+func (q *queries) AttemptClaimRuns(ctx context.Context, p *store.AttemptClaimParams, slots []store.ClaimSlot) ([]store.ClaimedRun, error) {
+	var out []store.ClaimedRun
+	for i, sl := range slots {
+		one := *p
+		one.LeaseDigest, one.ClaimRequestID = sl.LeaseDigest, sl.ClaimRequestID
+		a, r, err := q.AttemptClaimRun(ctx, &one)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.ClaimedRun{Attempt: a, Run: r, Slot: i})
+	}
+	return out, nil
 }
 
 func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {

@@ -223,3 +223,91 @@ func testUpdateInTx(t *testing.T, s store.Store) {
 	})
 	require.ErrorIs(t, err, store.ErrNotFound, "reported by the next statement")
 }
+
+// testAttemptClaimRuns: a claim of several claims what as many single
+// claims would, in the same order, each with its own slot's lease digest
+// and request ID, returns each attempt's run, and locks the runs.
+func testAttemptClaimRuns(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	var queued []*store.Attempt
+	for i := range 5 {
+		// Created newest first: the claim order is not_before, not creation.
+		queued = append(queued, f.attempt(t, func(a *store.Attempt) { a.NotBefore = t0.Add(-time.Duration(i+1) * time.Minute) }))
+	}
+	f.attempt(t, func(a *store.Attempt) { a.Labels = []string{"gpu"} }) // not eligible
+	f.attempt(t, func(a *store.Attempt) { a.NotBefore = t0.Add(time.Hour) })
+	params := &store.AttemptClaimParams{Tenant: f.tenant, Pool: "default", RunnerID: "rnr_many", Now: at(0)}
+	slots := []store.ClaimSlot{{LeaseDigest: "d0", ClaimRequestID: "req"}, {LeaseDigest: "d1", ClaimRequestID: "req#1"}, {LeaseDigest: "d2", ClaimRequestID: "req#2"}}
+
+	claimed := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	var got []store.ClaimedRun
+	go func() {
+		done <- s.InTx(bg(), func(tx store.Tx) error {
+			var err error
+			if got, err = tx.AttemptClaimRuns(bg(), params, slots); err != nil {
+				return err
+			}
+			close(claimed)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-claimed:
+	case err := <-done:
+		t.Fatalf("claim: %v", err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		locked <- s.InTx(bg(), func(tx store.Tx) error {
+			_, err := tx.RunGetByID(bg(), queued[3].RunID, true)
+			return err
+		})
+	}()
+	select {
+	case err := <-locked:
+		close(release)
+		<-done
+		t.Fatalf("a claimed attempt's run was not locked by the claim (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done)
+	require.NoError(t, <-locked)
+
+	require.Len(t, got, 3)
+	for i, c := range got {
+		want := queued[4-i] // the oldest not_before first
+		require.Equal(t, i, c.Slot)
+		require.Equal(t, want.ID, c.Attempt.ID)
+		require.Equal(t, store.AttemptLeased, c.Attempt.State)
+		require.Equal(t, "rnr_many", c.Attempt.RunnerID)
+		require.Equal(t, slots[i].LeaseDigest, c.Attempt.LeaseDigest)
+		require.Equal(t, slots[i].ClaimRequestID, c.Attempt.ClaimRequestID)
+		wantR, err := s.RunGetByID(bg(), want.RunID, false)
+		require.NoError(t, err)
+		require.Equal(t, wantR.ID, c.Run.ID)
+		require.Equal(t, wantR.State, c.Run.State)
+		stored, err := s.AttemptGetByID(bg(), want.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, c.Attempt, stored)
+	}
+	// What is left: two of the five, then nothing (and no error).
+	var rest []store.ClaimedRun
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		var err error
+		rest, err = tx.AttemptClaimRuns(bg(), params, slots)
+		return err
+	}))
+	require.Len(t, rest, 2)
+	require.Equal(t, queued[1].ID, rest[0].Attempt.ID)
+	require.Equal(t, queued[0].ID, rest[1].Attempt.ID)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		var err error
+		rest, err = tx.AttemptClaimRuns(bg(), params, slots)
+		return err
+	}))
+	require.Empty(t, rest)
+}
