@@ -189,27 +189,33 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 			return err
 		}
 		run.CreatedAt, run.UpdatedAt = t, t
+		if run.State == store.RunQueued {
+			// The run and its first attempt in one statement, at the
+			// run's time (a round trip less on PostgreSQL).
+			att = newAttempt(run, spec, 1, t, t)
+			att.ID = id.New(id.Attempt, now)
+			if err := tx.RunCreateQueued(ctx, run, att); err != nil {
+				return err
+			}
+			if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
+				return err
+			}
+			if err := tx.WakeClaimers(ctx); err != nil {
+				return err
+			}
+			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
+		}
 		if err := tx.RunCreate(ctx, run); err != nil {
 			return err
 		}
-		t = run.CreatedAt
 		if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
 			return err
 		}
 		if !decision.Allowed {
 			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
 		}
-		if run.State == store.RunPendingApproval {
-			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
-		}
-		att = newAttempt(run, spec, 1, t, t)
-		if err := tx.AttemptCreate(ctx, att); err != nil {
-			return err
-		}
-		if err := tx.WakeClaimers(ctx); err != nil {
-			return err
-		}
-		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
+		// Pending approval: the attempt comes with the approval.
+		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
 	})
 	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
 		// A concurrent request with the same key won the insert.

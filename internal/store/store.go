@@ -533,6 +533,12 @@ type Queries interface {
 	// RunCreate inserts a run. ErrAlreadyExists when (tenant, actor,
 	// idempotency key) is taken.
 	RunCreate(ctx context.Context, r *Run) error
+	// RunCreateQueued is RunCreate followed by AttemptCreate of the run's
+	// first attempt, in one statement where the store can. A zero
+	// a.CreatedAt or a.NotBefore becomes the run's CreatedAt. When the
+	// run's insert finds its idempotency key taken (ErrAlreadyExists), the
+	// attempt is not inserted either.
+	RunCreateQueued(ctx context.Context, r *Run, a *Attempt) error
 	// RunGetByID reads a run; forUpdate locks it.
 	RunGetByID(ctx context.Context, id string, forUpdate bool) (*Run, error)
 	// RunGetByIdempotencyKey reads the run a principal created with a key.

@@ -619,6 +619,52 @@ func (q *queries) RunCreate(ctx context.Context, r *store.Run) error {
 	return err
 }
 
+// RunCreateQueued inserts the run and its attempt with one statement: the
+// attempt's insert reads the run's from a CTE, so it happens only when the
+// run's did, with the run's time.
+func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error {
+	if r.ID == "" {
+		r.ID = newID(id.Run)
+	}
+	if a.ID == "" {
+		a.ID = newID(id.Attempt)
+	}
+	if a.State == "" {
+		a.State = store.AttemptQueued
+	}
+	var notBefore, created *time.Time
+	if !a.NotBefore.IsZero() {
+		notBefore = &a.NotBefore
+	}
+	if !a.CreatedAt.IsZero() {
+		created = &a.CreatedAt
+	}
+	err := q.insert(ctx, `WITH n AS (SELECT `+nowSQL+` AS now),
+		r AS (
+		INSERT INTO runs (`+runCols+`) SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+			$19, $20, $21, $22, n.now, coalesce($2::timestamptz, n.now), $23 FROM n
+		ON CONFLICT DO NOTHING RETURNING created_at, updated_at),
+		a AS (
+		INSERT INTO attempts (`+attemptCols+`) SELECT $24, $25, $26, $27, $28, $29, $30, $31, $32,
+			coalesce($33::timestamptz, r.created_at), $34, $35, $36, $37, $38, $39, $40, $41, $42,
+			coalesce($43::timestamptz, r.created_at), $44, $45, $46 FROM r
+		ON CONFLICT DO NOTHING RETURNING created_at, not_before)
+		SELECT r.created_at, r.updated_at, a.created_at, a.not_before FROM r, a`,
+		[]any{timeArg(r.CreatedAt), timeArg(r.UpdatedAt), r.ID, r.Tenant, r.Job, r.Channel, r.Ref, r.Commit,
+			jsonArg(r.Params), r.Actor, r.Reason, jsonArg(r.Source), r.IdempotencyKey, r.State, jsonArg(r.Decision),
+			jsonArg(r.Grants), jsonArg(r.LeaseKeys), r.WaitingFor, jsonArg(r.Spec), r.MaxAttempts, r.CountedAttempts,
+			r.CancelRequested, r.FinishedAt,
+			a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels), a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(),
+			notBefore, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt,
+			a.EndedAt, jsonArg(a.Result), created, a.BlockedOn, a.Repo, a.ManagedOnly},
+		&r.CreatedAt, &r.UpdatedAt, &a.CreatedAt, &a.NotBefore)
+	utc(&r.CreatedAt)
+	utc(&r.UpdatedAt)
+	utc(&a.CreatedAt)
+	utc(&a.NotBefore)
+	return err
+}
+
 func (q *queries) RunGetByID(ctx context.Context, runID string, forUpdate bool) (*store.Run, error) {
 	return scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`+forUpdateSQL(forUpdate), runID))
 }

@@ -545,6 +545,20 @@ func (q *queries) RunCreate(ctx context.Context, r *store.Run) error {
 		timeCol{&r.CreatedAt}, timeCol{&r.UpdatedAt})
 }
 
+// RunCreateQueued: statements cost no round trip here.
+func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error {
+	if err := q.RunCreate(ctx, r); err != nil {
+		return err
+	}
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = r.CreatedAt
+	}
+	if a.NotBefore.IsZero() {
+		a.NotBefore = r.CreatedAt
+	}
+	return q.AttemptCreate(ctx, a)
+}
+
 func (q *queries) RunGetByID(ctx context.Context, runID string, forUpdate bool) (*store.Run, error) {
 	return scanRun(q.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, runID))
 }

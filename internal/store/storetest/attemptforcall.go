@@ -1,11 +1,13 @@
 package storetest
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -310,4 +312,56 @@ func testAttemptClaimRuns(t *testing.T, s store.Store) {
 		return err
 	}))
 	require.Empty(t, rest)
+}
+
+// testRunCreateQueued: a run and its first attempt inserted together are
+// what RunCreate and AttemptCreate would have stored, the attempt at the
+// run's time when it names none; a taken idempotency key inserts neither.
+func testRunCreateQueued(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	newPair := func(created time.Time, key string) (*store.Run, *store.Attempt) {
+		f.n++
+		now := t0.Add(time.Duration(f.n) * time.Millisecond)
+		r := &store.Run{
+			ID: id.New(id.Run, now), Tenant: f.tenant, Job: "migrate", Channel: "prod", Ref: "main", Commit: "abc123",
+			Params: json.RawMessage(`{"n":1}`), Actor: "alice", Source: json.RawMessage(`{"kind":"api"}`),
+			IdempotencyKey: key, State: store.RunQueued, MaxAttempts: 3, Spec: json.RawMessage(`{"pool":"default"}`),
+			CreatedAt: created, UpdatedAt: created,
+		}
+		a := &store.Attempt{ID: id.New(id.Attempt, now), RunID: r.ID, Tenant: f.tenant, Number: 1, State: store.AttemptQueued,
+			Pool: "default", Labels: []string{"linux"}, LeaseTTL: 30 * time.Second, Timeout: time.Hour, Repo: "acme/defs",
+			CreatedAt: created, NotBefore: created}
+		return r, a
+	}
+	// The database's clock: the attempt gets the run's time.
+	r, a := newPair(time.Time{}, "k1")
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error { return tx.RunCreateQueued(bg(), r, a) }))
+	require.False(t, r.CreatedAt.IsZero())
+	require.Equal(t, r.CreatedAt, a.CreatedAt)
+	require.Equal(t, r.CreatedAt, a.NotBefore)
+	gotR, err := s.RunGetByID(bg(), r.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, r.CreatedAt, gotR.CreatedAt)
+	require.Equal(t, store.RunQueued, gotR.State)
+	gotA, err := s.AttemptGetByID(bg(), a.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, a, gotA)
+
+	// A fixed clock: the given times are kept.
+	r2, a2 := newPair(t0.Add(time.Minute), "k2")
+	a2.NotBefore = t0.Add(2 * time.Minute)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error { return tx.RunCreateQueued(bg(), r2, a2) }))
+	gotA, err = s.AttemptGetByID(bg(), a2.ID, false)
+	require.NoError(t, err)
+	require.True(t, gotA.CreatedAt.Equal(t0.Add(time.Minute)))
+	require.True(t, gotA.NotBefore.Equal(t0.Add(2*time.Minute)))
+
+	// The same idempotency key again: neither row.
+	r3, a3 := newPair(time.Time{}, "k1")
+	err = s.InTx(bg(), func(tx store.Tx) error { return tx.RunCreateQueued(bg(), r3, a3) })
+	require.ErrorIs(t, err, store.ErrAlreadyExists)
+	_, err = s.AttemptGetByID(bg(), a3.ID, false)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.RunGetByID(bg(), r3.ID, false)
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
