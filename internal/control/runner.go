@@ -894,12 +894,6 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 	if result != nil {
 		a.Result = result
 	}
-	if err := tx.AttemptUpdate(ctx, a); err != nil {
-		return err
-	}
-	if err := s.releaseKeys(ctx, tx, r, a); err != nil {
-		return err
-	}
 	// The pinned spec is decoded only for a next attempt: most attempts end
 	// their run, and this runs on the writer others wait behind.
 	nextAttempt := func(notBefore func(Spec) time.Time) (*store.Attempt, error) {
@@ -939,6 +933,14 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 		}
 	}
 	if next != nil {
+		// The next attempt may only be inserted once this one is no
+		// longer live (one live attempt per run).
+		if err := tx.AttemptUpdate(ctx, a); err != nil {
+			return err
+		}
+		if err := s.releaseKeys(ctx, tx, r, a); err != nil {
+			return err
+		}
 		r.State = store.RunQueued
 		r.UpdatedAt = now
 		if err := tx.AttemptCreate(ctx, next); err != nil {
@@ -948,11 +950,22 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 			return err
 		}
 		details["next_attempt"] = next.ID
-	} else if err := tx.WakeClaimers(ctx); err != nil { // log followers learn the run ended
-		return err
-	}
-	if err := tx.RunUpdate(ctx, r); err != nil {
-		return err
+		if err := tx.RunUpdate(ctx, r); err != nil {
+			return err
+		}
+	} else {
+		// The attempt's row is locked already: its update can wait for
+		// the run's, and the two go in one statement. Releasing the keys
+		// reads neither row.
+		if err := s.releaseKeys(ctx, tx, r, a); err != nil {
+			return err
+		}
+		if err := tx.WakeClaimers(ctx); err != nil { // log followers learn the run ended
+			return err
+		}
+		if err := tx.AttemptRunUpdate(ctx, a, r); err != nil {
+			return err
+		}
 	}
 	if err := s.recordRunCheck(ctx, tx, r, reason); err != nil {
 		return err

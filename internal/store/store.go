@@ -539,6 +539,10 @@ type Queries interface {
 	// run's insert finds its idempotency key taken (ErrAlreadyExists), the
 	// attempt is not inserted either.
 	RunCreateQueued(ctx context.Context, r *Run, a *Attempt) error
+	// AttemptRunUpdate is AttemptUpdate of a then RunUpdate of r, in one
+	// statement where the store can. ErrNotFound when either row is
+	// missing; then neither is updated.
+	AttemptRunUpdate(ctx context.Context, a *Attempt, r *Run) error
 	// RunGetByID reads a run; forUpdate locks it.
 	RunGetByID(ctx context.Context, id string, forUpdate bool) (*Run, error)
 	// RunGetByIdempotencyKey reads the run a principal created with a key.

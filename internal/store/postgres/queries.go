@@ -688,6 +688,24 @@ func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store
 	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return scanRun(r) })
 }
 
+// AttemptRunUpdate updates the attempt in a CTE and the run only when the
+// attempt's row was there: no row updated at all is ErrNotFound. A missing
+// run leaves the attempt updated and returns ErrNotFound, which fails the
+// caller's transaction, as the two statements would.
+func (q *queries) AttemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error {
+	return q.exec1(ctx, `WITH a AS (
+		UPDATE attempts SET state = $10, runner_id = $11, lease_digest = $12, claim_request_id = $13,
+			claimed_at = $14, lease_expires_at = $15, deadline = $16, heartbeat_at = $17, ended_at = $18, result = $19,
+			not_before = $20, blocked_on = $21 WHERE id = $22 RETURNING 1)
+		UPDATE runs SET state = $2, decision = $3, grants = $4, waiting_for = $5,
+		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8
+		WHERE id = $9 AND EXISTS (SELECT 1 FROM a)`,
+		timeArg(r.UpdatedAt), r.State, jsonArg(r.Decision), jsonArg(r.Grants), r.WaitingFor, r.CountedAttempts,
+		r.CancelRequested, r.FinishedAt, r.ID,
+		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
+		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID)
+}
+
 func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
 	return q.exec1(ctx, `UPDATE runs SET state = $2, decision = $3, grants = $4, waiting_for = $5,
 		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8 WHERE id = $9`,

@@ -596,6 +596,15 @@ func (q *queries) runs(ctx context.Context, query string, args ...any) ([]*store
 	return out, interpretError(rows.Err())
 }
 
+// AttemptRunUpdate: statements cost no round trip here. A missing run
+// fails the caller's transaction, which undoes the attempt's update.
+func (q *queries) AttemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error {
+	if err := q.AttemptUpdate(ctx, a); err != nil {
+		return err
+	}
+	return q.RunUpdate(ctx, r)
+}
+
 func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
 	return q.exec1(ctx, `UPDATE runs SET state = ?, decision = ?, grants = ?, waiting_for = ?, counted_attempts = ?,
 		cancel_requested = ?, updated_at = coalesce(?, `+nowSQL+`), finished_at = ? WHERE id = ?`,

@@ -365,3 +365,49 @@ func testRunCreateQueued(t *testing.T, s store.Store) {
 	_, err = s.RunGetByID(bg(), r3.ID, false)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// testAttemptRunUpdate: an attempt and its run updated together read back
+// as AttemptUpdate and RunUpdate would leave them; a missing row of either
+// is ErrNotFound.
+func testAttemptRunUpdate(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a := f.attempt(t, nil)
+	r, err := s.RunGetByID(bg(), a.RunID, false)
+	require.NoError(t, err)
+	ended := t0.Add(time.Minute)
+	a.State, a.EndedAt, a.Result = store.AttemptSucceeded, &ended, json.RawMessage(`{"outcome":"succeeded"}`)
+	r.State, r.FinishedAt, r.UpdatedAt = store.RunSucceeded, &ended, ended
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error { return tx.AttemptRunUpdate(bg(), a, r) }))
+	gotA, err := s.AttemptGetByID(bg(), a.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.AttemptSucceeded, gotA.State)
+	require.True(t, gotA.EndedAt.Equal(ended))
+	require.JSONEq(t, `{"outcome":"succeeded"}`, string(gotA.Result))
+	gotR, err := s.RunGetByID(bg(), r.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.RunSucceeded, gotR.State)
+	require.True(t, gotR.FinishedAt.Equal(ended))
+	require.True(t, gotR.UpdatedAt.Equal(ended))
+
+	// A missing attempt: the run is not updated.
+	b := f.attempt(t, nil)
+	rb, err := s.RunGetByID(bg(), b.RunID, false)
+	require.NoError(t, err)
+	ghost := *b
+	ghost.ID = id.New(id.Attempt, t0)
+	rb.State = store.RunCancelled
+	err = s.InTx(bg(), func(tx store.Tx) error { return tx.AttemptRunUpdate(bg(), &ghost, rb) })
+	require.ErrorIs(t, err, store.ErrNotFound)
+	gotR, err = s.RunGetByID(bg(), rb.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.RunQueued, gotR.State)
+	// A missing run: the transaction fails, and the attempt is unchanged.
+	ghostRun := *rb
+	ghostRun.ID = id.New(id.Run, t0)
+	b.State = store.AttemptCancelled
+	err = s.InTx(bg(), func(tx store.Tx) error { return tx.AttemptRunUpdate(bg(), b, &ghostRun) })
+	require.ErrorIs(t, err, store.ErrNotFound)
+	gotA, err = s.AttemptGetByID(bg(), b.ID, false)
+	require.NoError(t, err)
+	require.Equal(t, store.AttemptQueued, gotA.State)
+}
