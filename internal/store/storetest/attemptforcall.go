@@ -121,25 +121,16 @@ func testNonceInsertMany(t *testing.T, s store.Store) {
 	}))
 }
 
-// testAttemptClaimRun: the claim that returns its run claims what
-// AttemptClaim claims and returns the run as RunGetByID reads it, locked:
-// a second transaction that locks the run waits for the claim's commit.
-func testAttemptClaimRun(t *testing.T, s store.Store) {
-	f := newFixture(t, s)
-	a := f.attempt(t, nil)
-	params := &store.AttemptClaimParams{Tenant: f.tenant, Pool: a.Pool, RunnerID: "rnr_cr", LeaseDigest: "digest", ClaimRequestID: "req-cr", Now: at(0)}
-	wantR, err := s.RunGetByID(bg(), a.RunID, false)
-	require.NoError(t, err)
-
+// requireLocksRun runs claim in a transaction and, before that commits,
+// checks that another transaction locking runID waits for it.
+func requireLocksRun(t *testing.T, s store.Store, runID string, claim func(tx store.Tx) error) {
+	t.Helper()
 	claimed := make(chan struct{})
 	release := make(chan struct{})
 	done := make(chan error, 1)
-	var gotA *store.Attempt
-	var gotR *store.Run
 	go func() {
 		done <- s.InTx(bg(), func(tx store.Tx) error {
-			var err error
-			if gotA, gotR, err = tx.AttemptClaimRun(bg(), params); err != nil {
+			if err := claim(tx); err != nil {
 				return err
 			}
 			close(claimed)
@@ -155,7 +146,7 @@ func testAttemptClaimRun(t *testing.T, s store.Store) {
 	locked := make(chan error, 1)
 	go func() {
 		locked <- s.InTx(bg(), func(tx store.Tx) error {
-			_, err := tx.RunGetByID(bg(), a.RunID, true)
+			_, err := tx.RunGetByID(bg(), runID, true)
 			return err
 		})
 	}()
@@ -163,12 +154,30 @@ func testAttemptClaimRun(t *testing.T, s store.Store) {
 	case err := <-locked:
 		close(release)
 		<-done
-		t.Fatalf("the run was not locked by the claim (err %v)", err)
+		t.Fatalf("run %s was not locked by the claim (err %v)", runID, err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)
 	require.NoError(t, <-done)
 	require.NoError(t, <-locked)
+}
+
+// testAttemptClaimRun: the claim that returns its run claims what
+// AttemptClaim claims and returns the run as RunGetByID reads it, locked:
+// a second transaction that locks the run waits for the claim's commit.
+func testAttemptClaimRun(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a := f.attempt(t, nil)
+	params := &store.AttemptClaimParams{Tenant: f.tenant, Pool: a.Pool, RunnerID: "rnr_cr", LeaseDigest: "digest", ClaimRequestID: "req-cr", Now: at(0)}
+	wantR, err := s.RunGetByID(bg(), a.RunID, false)
+	require.NoError(t, err)
+
+	var gotA *store.Attempt
+	var gotR *store.Run
+	requireLocksRun(t, s, a.RunID, func(tx store.Tx) (err error) {
+		gotA, gotR, err = tx.AttemptClaimRun(bg(), params)
+		return err
+	})
 	require.Equal(t, a.ID, gotA.ID)
 	require.Equal(t, store.AttemptLeased, gotA.State)
 	require.Equal(t, "rnr_cr", gotA.RunnerID)
@@ -241,43 +250,11 @@ func testAttemptClaimRuns(t *testing.T, s store.Store) {
 	params := &store.AttemptClaimParams{Tenant: f.tenant, Pool: "default", RunnerID: "rnr_many", Now: at(0)}
 	slots := []store.ClaimSlot{{LeaseDigest: "d0", ClaimRequestID: "req"}, {LeaseDigest: "d1", ClaimRequestID: "req#1"}, {LeaseDigest: "d2", ClaimRequestID: "req#2"}}
 
-	claimed := make(chan struct{})
-	release := make(chan struct{})
-	done := make(chan error, 1)
 	var got []store.ClaimedRun
-	go func() {
-		done <- s.InTx(bg(), func(tx store.Tx) error {
-			var err error
-			if got, err = tx.AttemptClaimRuns(bg(), params, slots); err != nil {
-				return err
-			}
-			close(claimed)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-claimed:
-	case err := <-done:
-		t.Fatalf("claim: %v", err)
-	}
-	locked := make(chan error, 1)
-	go func() {
-		locked <- s.InTx(bg(), func(tx store.Tx) error {
-			_, err := tx.RunGetByID(bg(), queued[3].RunID, true)
-			return err
-		})
-	}()
-	select {
-	case err := <-locked:
-		close(release)
-		<-done
-		t.Fatalf("a claimed attempt's run was not locked by the claim (err %v)", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	require.NoError(t, <-done)
-	require.NoError(t, <-locked)
+	requireLocksRun(t, s, queued[3].RunID, func(tx store.Tx) (err error) {
+		got, err = tx.AttemptClaimRuns(bg(), params, slots)
+		return err
+	})
 
 	require.Len(t, got, 3)
 	for i, c := range got {
