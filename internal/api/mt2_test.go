@@ -40,7 +40,10 @@ var mt2Bodies = map[string]string{
 	"/v1/runner/attempt/result":     `{"outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]}`,
 	"/v1/runner/attempt/artifacts":  `{"name":"out.txt"}`,
 	"/v1/runner/attempt/source":     `{}`,
-	"/v1/runner/results":            `{"results":[{"run_id":"{{run}}","attempt_id":"{{attempt}}","lease_token":"{{lease}}","outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]}]}`,
+	// Two items: the second names an attempt that exists nowhere, so the
+	// batch's answer for the first must not depend on the other items.
+	"/v1/runner/results": `{"results":[{"run_id":"{{run}}","attempt_id":"{{attempt}}","lease_token":"{{lease}}","outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]},` +
+		`{"run_id":"run_01M8ZZZZZZZZZZZZZZZZZZZZZZ","attempt_id":"att_01M8ZZZZZZZZZZZZZZZZZZZZZZ","lease_token":"none","outcome":"succeeded","exit_code":0,"summary":"ok","artifacts":[]}]}`,
 }
 
 var mt2Files = func() map[string]string {

@@ -161,3 +161,35 @@ func TestResultsBatch(t *testing.T) {
 		require.Equal(t, map[string]int{refs[0].RunID: 1, refs[1].RunID: 1, refs[2].RunID: 1, refs[3].RunID: 1}, ended)
 	})
 }
+
+// Two items of one run (its ended attempt, repeated, and its live one):
+// each item sees the run as the items before it left it, as separate calls
+// would.
+func TestResultsBatchSameRun(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		run := e.request("flaky", "")
+		rc := e.runner()
+		_, first := e.claim(rc)
+		failed := protocol.ResultRequest{Outcome: "failed", ExitCode: 1}
+		res, err := rc.Result(e.ctx(), first, failed)
+		require.NoError(t, err)
+		require.Equal(t, "queued", res.RunState, "retried")
+		e.clock.Advance(6 * time.Second) // the retry's backoff
+		_, second := e.claim(rc)
+		require.Equal(t, run.ID, second.RunID)
+		require.NotEqual(t, first.AttemptID, second.AttemptID)
+
+		answers, err := rc.Results(e.ctx(), []apiclient.ResultItem{
+			{Ref: second, Result: protocol.ResultRequest{Outcome: "succeeded"}},
+			{Ref: first, Result: failed}, // its result again: acknowledged
+		})
+		require.NoError(t, err)
+		require.NoError(t, answers[0].Err)
+		require.Equal(t, "succeeded", answers[0].RunState)
+		require.NoError(t, answers[1].Err)
+		require.Equal(t, "succeeded", answers[1].RunState, "the run as the item before left it")
+		require.Equal(t, "succeeded", e.run(run.ID).State)
+	})
+}
