@@ -72,18 +72,24 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		l.claimedAt = map[string]time.Time{}
 		g.Go(func() error {
 			var mu sync.Mutex // guards l when a runner works on several runs at once
+			// ended counts k accepted results.
+			ended := func(k int) {
+				mu.Lock()
+				l.last = clock.Real{}.Now()
+				mu.Unlock()
+				done.Add(int64(k))
+				for range k {
+					finished <- struct{}{}
+				}
+				if results.Add(int64(k)) == int64(n) {
+					stopRunners()
+				}
+			}
 			work := func(asg *protocol.Assignment, claimed time.Time) error {
 				if err := r.finish(gctx, asg, claimed); err != nil {
 					return err
 				}
-				mu.Lock()
-				l.last = clock.Real{}.Now()
-				mu.Unlock()
-				done.Add(1)
-				finished <- struct{}{}
-				if results.Add(1) == int64(n) {
-					stopRunners()
-				}
+				ended(1)
 				return nil
 			}
 			for wctx.Err() == nil {
@@ -116,16 +122,7 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 					if err := r.finishBatch(gctx, asgs, t1, true); err != nil {
 						return err
 					}
-					mu.Lock()
-					l.last = clock.Real{}.Now()
-					mu.Unlock()
-					done.Add(int64(len(asgs)))
-					for range asgs {
-						finished <- struct{}{}
-					}
-					if results.Add(int64(len(asgs))) == int64(n) {
-						stopRunners()
-					}
+					ended(len(asgs))
 					continue
 				}
 				if len(asgs) == 1 {

@@ -357,20 +357,13 @@ func claimScope(p *store.AttemptClaimParams) string {
 // skipping the query when an earlier body of the same group found nothing
 // in the same scope.
 func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
-	bt, ok := tx.(*batchTx)
-	if !ok {
-		return tx.AttemptClaimRun(ctx, p)
-	}
-	k := claimScope(p)
-	if bt.empty[k] {
+	bt, k, skip := emptyScope(tx, p)
+	if skip {
 		return nil, nil, store.ErrNotFound
 	}
-	a, r, err := bt.AttemptClaimRun(ctx, p)
+	a, r, err := tx.AttemptClaimRun(ctx, p)
 	if errors.Is(err, store.ErrNotFound) {
-		if bt.empty == nil {
-			bt.empty = map[string]bool{}
-		}
-		bt.empty[k] = true
+		bt.markEmpty(k)
 	}
 	return a, r, err
 }
@@ -378,22 +371,38 @@ func attemptClaim(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams)
 // attemptClaims is attemptClaim for several slots: a claim that found
 // fewer than it asked for leaves the scope empty for the rest of the group.
 func attemptClaims(ctx context.Context, tx store.Tx, p *store.AttemptClaimParams, slots []store.ClaimSlot) ([]store.ClaimedRun, error) {
-	bt, ok := tx.(*batchTx)
-	if !ok {
-		return tx.AttemptClaimRuns(ctx, p, slots)
-	}
-	k := claimScope(p)
-	if bt.empty[k] {
+	bt, k, skip := emptyScope(tx, p)
+	if skip {
 		return nil, nil
 	}
-	cs, err := bt.AttemptClaimRuns(ctx, p, slots)
+	cs, err := tx.AttemptClaimRuns(ctx, p, slots)
 	if err == nil && len(cs) < len(slots) {
-		if bt.empty == nil {
-			bt.empty = map[string]bool{}
-		}
-		bt.empty[k] = true
+		bt.markEmpty(k)
 	}
 	return cs, err
+}
+
+// emptyScope reports whether an earlier body of tx's group found p's scope
+// empty; bt is nil outside a group transaction.
+func emptyScope(tx store.Tx, p *store.AttemptClaimParams) (bt *batchTx, k string, empty bool) {
+	bt, ok := tx.(*batchTx)
+	if !ok {
+		return nil, "", false
+	}
+	k = claimScope(p)
+	return bt, k, bt.empty[k]
+}
+
+// markEmpty notes that scope k has nothing to claim until the group wakes
+// claimers; nothing outside a group transaction.
+func (b *batchTx) markEmpty(k string) {
+	if b == nil {
+		return
+	}
+	if b.empty == nil {
+		b.empty = map[string]bool{}
+	}
+	b.empty[k] = true
 }
 
 // CommitStats reports the group committer's counters.

@@ -264,6 +264,19 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// waitForResults waits until each attempt has a result.
+func (s *fakeServer) waitForResults(t *testing.T, as []*protocol.Assignment) {
+	t.Helper()
+	s.waitFor(t, "results", 20*time.Second, func() bool {
+		for _, a := range as {
+			if len(s.results[a.AttemptID]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // holdResultCall notes a result call and, for the first one while
 // holdFirstResult is set, waits for it with s.mu released.
 func (s *fakeServer) holdResultCall(attempts []string) {

@@ -470,14 +470,7 @@ func TestSlotsClaimInBatches(t *testing.T) {
 	b.cancel, b.done = startWorker(t, cfg)
 	// Each job waits until all three started: they only finish if they ran
 	// at once.
-	b.srv.waitFor(t, "results", 20*time.Second, func() bool {
-		for _, a := range as {
-			if len(b.srv.results[a.AttemptID]) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	b.srv.waitForResults(t, as)
 	b.srv.mu.Lock()
 	defer b.srv.mu.Unlock()
 	require.Equal(t, 3, b.srv.claimMaxes[0], "all slots free: one claim asks for three")
@@ -532,14 +525,7 @@ func TestResultsEndingTogetherShareACall(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			close(b.srv.holdFirstResult)
-			b.srv.waitFor(t, "results", 20*time.Second, func() bool {
-				for _, a := range as {
-					if len(b.srv.results[a.AttemptID]) == 0 {
-						return false
-					}
-				}
-				return true
-			})
+			b.srv.waitForResults(t, as)
 			b.srv.mu.Lock()
 			defer b.srv.mu.Unlock()
 			for _, a := range as {
