@@ -74,6 +74,7 @@ func New(cfg Config) *Handler {
 	}
 
 	m.HandleFunc("POST /v1/runs", h.user(h.createRun))
+	m.HandleFunc("POST /v1/runs/batch", h.user(h.createRuns))
 	m.HandleFunc("GET /v1/runs", h.user(h.listRuns))
 	m.HandleFunc("GET /v1/runs/{id}", h.user(h.getRun))
 	m.HandleFunc("POST /v1/runs/{id}/cancel", h.user(h.cancelRun))
@@ -279,7 +280,7 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 }
 
 // problemOf is the problem+json body that answers err, also where an error
-// answers one item of a batch (POST /v1/runner/results).
+// answers one item of a batch (POST /v1/runner/results, /v1/runs/batch).
 func problemOf(log *slog.Logger, err error) protocol.Problem {
 	var pe *protocol.Error
 	p := protocol.Problem{Type: "about:blank"}

@@ -195,6 +195,14 @@ func TestAU1AuditCoverage(t *testing.T) {
 				e.work()
 				return nil
 			}, want: []string{"run.requested"}},
+			"POST /v1/runs/batch": {do: func(e *auditSweep) error {
+				e.n++
+				ans, err := e.admin.CreateRuns(ctx, []protocol.RunRequest{{Job: "work", Channel: "prod", Params: json.RawMessage(`{"n":"` + strings.Repeat("1", e.n) + `"}`)}})
+				if err == nil {
+					err = ans[0].Err
+				}
+				return err
+			}, want: []string{"run.requested"}},
 			"POST /v1/runner/claim": {setup: func(e *auditSweep) { e.work() }, do: func(e *auditSweep) error {
 				e.asg, e.ref = e.claim(e.rc)
 				return nil

@@ -61,6 +61,34 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request, actor contro
 	writeJSON(w, status, runJSON(v))
 }
 
+func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+	var req protocol.RunsRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	outs, err := h.svc.RequestRuns(r.Context(), actor, req.Runs)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	resp := protocol.RunsResponse{Runs: make([]protocol.RunAnswer, len(outs))}
+	for i, o := range outs {
+		switch {
+		case o.Err != nil:
+			p := problemOf(h.log, o.Err)
+			resp.Runs[i] = protocol.RunAnswer{Status: p.Status, Error: &p}
+		case o.Created:
+			run := runJSON(o.View)
+			resp.Runs[i] = protocol.RunAnswer{Status: http.StatusCreated, Run: &run}
+		default:
+			run := runJSON(o.View)
+			resp.Runs[i] = protocol.RunAnswer{Status: http.StatusOK, Run: &run}
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
 func (h *Handler) getRun(w http.ResponseWriter, r *http.Request, actor control.Actor) {
 	v, err := h.svc.GetRun(r.Context(), actor, r.PathValue("id"))
 	if err != nil {

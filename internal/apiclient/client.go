@@ -3,6 +3,7 @@ package apiclient
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -56,6 +57,45 @@ func (c *Client) CreateRun(ctx context.Context, req *protocol.RunRequest) (*prot
 		return nil, err
 	}
 	return &run, nil
+}
+
+// RunAnswer is CreateRuns' answer for one request: the run (Created when
+// this call created it, not when its idempotency key named an earlier
+// one), or Err (an *APIError) when the server refused that request alone.
+type RunAnswer struct {
+	Run     *protocol.Run
+	Created bool
+	Err     error
+}
+
+// CreateRuns requests several runs in one call (POST /v1/runs/batch),
+// answered request by request in order: a refused request does not stop
+// the others. The call fails as a whole (err) only when nothing of it was
+// recorded, or when the answer was lost; retrying is then safe for the
+// requests that carry idempotency keys.
+func (c *Client) CreateRuns(ctx context.Context, reqs []protocol.RunRequest) ([]RunAnswer, error) {
+	if len(reqs) == 0 || len(reqs) > protocol.MaxRunBatch {
+		return nil, fmt.Errorf("create runs: %d requests, want 1..%d", len(reqs), protocol.MaxRunBatch)
+	}
+	var resp protocol.RunsResponse
+	if err := c.do(ctx, http.MethodPost, nil, &protocol.RunsRequest{Runs: reqs}, &resp, "v1", "runs", "batch"); err != nil {
+		return nil, err
+	}
+	if len(resp.Runs) != len(reqs) {
+		return nil, fmt.Errorf("create runs: %d answers for %d requests", len(resp.Runs), len(reqs))
+	}
+	out := make([]RunAnswer, len(reqs))
+	for i, a := range resp.Runs {
+		switch {
+		case a.Error != nil:
+			out[i].Err = &APIError{Status: a.Error.Status, Problem: *a.Error}
+		case a.Run == nil:
+			return nil, fmt.Errorf("create runs: answer %d has neither a run nor an error", i)
+		default:
+			out[i].Run, out[i].Created = a.Run, a.Status == http.StatusCreated
+		}
+	}
+	return out, nil
 }
 
 // GetRun returns one run.

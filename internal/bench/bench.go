@@ -59,6 +59,10 @@ type Config struct {
 	// claimed together in one signed call (POST /v1/runner/results), as a
 	// queue's client completes jobs in batches, instead of one call each.
 	BatchResults bool
+	// RequestBatch, above 1, has the request and lifecycle phases' clients
+	// request that many runs per call (POST /v1/runs/batch), as a backfill
+	// would (Env.RequestBatch); 1 (the default) requests one per call.
+	RequestBatch int
 	// LogsApart sends the lifecycle's log chunk in a call of its own
 	// rather than with the result (Runner.LogsApart).
 	LogsApart bool
@@ -112,7 +116,9 @@ type Result struct {
 	Renew bool `json:"renew,omitempty"`
 	// BatchResults is Config.BatchResults.
 	BatchResults bool `json:"batch_results,omitempty"`
-	Clients      int  `json:"clients"`
+	// RequestBatch is Config.RequestBatch (0 or 1: one run per request).
+	RequestBatch int `json:"request_batch,omitempty"`
+	Clients      int `json:"clients"`
 	// GoVersion, CPUs and StartedAt describe where and when.
 	GoVersion string    `json:"go_version"`
 	CPUs      int       `json:"cpus"`
@@ -184,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, env.Close()) }()
-	env.ClaimMax = cfg.ClaimMax
+	env.ClaimMax, env.RequestBatch = cfg.ClaimMax, cfg.RequestBatch
 	res = &Result{
 		Store: env.Driver, Runs: cfg.Runs, Workers: cfg.Workers, Clients: cfg.Clients, ClaimMax: max(cfg.ClaimMax, 1),
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), StartedAt: clock.Real{}.Now().UTC().Truncate(time.Second),
@@ -201,6 +207,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		r.LogsApart, r.Renew, r.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
 	}
 	res.LogsApart, res.Renew, res.BatchResults = cfg.LogsApart, cfg.Renew, cfg.BatchResults
+	if cfg.RequestBatch > 1 {
+		res.RequestBatch = cfg.RequestBatch
+	}
 	if err := env.Settle(ctx); err != nil {
 		return nil, err
 	}
@@ -367,6 +376,9 @@ func (r *Result) String() string {
 		r.Store, r.Runs, r.Workers, r.Clients, r.GoVersion, r.CPUs)
 	if r.ClaimMax > 1 {
 		s += fmt.Sprintf("  claims         up to %d attempts per claim, worked on at once\n", r.ClaimMax)
+	}
+	if r.RequestBatch > 1 {
+		s += fmt.Sprintf("  requests       up to %d runs per call (POST /v1/runs/batch)\n", r.RequestBatch)
 	}
 	if r.BatchResults {
 		s += "  results        the results of attempts claimed together in one call (POST /v1/runner/results)\n"

@@ -78,6 +78,31 @@ func TestRunSmoke(t *testing.T) {
 	}
 }
 
+// With --request-batch the request and lifecycle phases request runs
+// several per call (31 runs in calls of 8: the last call carries 7), and
+// every run is still requested, claimed and verified exactly once.
+func TestRunRequestBatch(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(context.Background(), Config{
+				DB: stores()[name](t), Runs: 31, Workers: 2, Clients: 2, Dispatch: 3, RequestBatch: 8, ClaimMax: 4, BatchResults: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequestBatch != 8 || res.Request.Ops != 31 || res.Lifecycle.Ops != 31 || res.Verification.Checked != 31+31+3 {
+				t.Errorf("request batch %d, ops %d/%d, checked %d", res.RequestBatch, res.Request.Ops, res.Lifecycle.Ops, res.Verification.Checked)
+			}
+			if res.RequestLatency.Count != 31 {
+				t.Errorf("request latency samples %d, want one per run", res.RequestLatency.Count)
+			}
+			if !strings.Contains(res.String(), "up to 8 runs per call") {
+				t.Errorf("summary does not say the requests were batched:\n%s", res)
+			}
+		})
+	}
+}
+
 // TestVerifyFindsProblems checks that the verify phase refuses what it must:
 // a run claimed twice, a run that did not succeed, and a claimed run the
 // benchmark did not create.

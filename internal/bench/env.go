@@ -73,6 +73,10 @@ type Env struct {
 	// many attempts per request ("max") and work on them at once, like a
 	// runner with that much capacity.
 	ClaimMax int
+	// RequestBatch, above 1, makes the request and lifecycle phases'
+	// clients request up to that many runs per call (POST /v1/runs/batch),
+	// as a backfill would; 1 requests one run per call.
+	RequestBatch int
 
 	dir string
 	// repoWritten is when the definitions' branch head was written.

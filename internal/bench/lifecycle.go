@@ -156,13 +156,29 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 		l := &locals[len(runners)+c]
 		l.answered = map[string]time.Time{}
 		g.Go(func() error {
-			for next.Add(1) <= int64(n) {
-				t0 := clock.Real{}.Now()
-				run, err := e.Admin.CreateRun(gctx, &protocol.RunRequest{Job: Job, Channel: Channel})
-				if err != nil {
-					return fmt.Errorf("request run: %w", err)
+			for {
+				k := 1
+				if paced {
+					if next.Add(1) > int64(n) {
+						break
+					}
+				} else if k = e.takeRequests(&next, n); k == 0 {
+					break
 				}
-				l.answered[run.ID] = t0
+				t0 := clock.Real{}.Now()
+				var runs []*protocol.Run
+				var err error
+				if paced {
+					runs, err = e.requestOne(gctx)
+				} else {
+					runs, err = e.request(gctx, k)
+				}
+				if err != nil {
+					return err
+				}
+				for _, run := range runs {
+					l.answered[run.ID] = t0
+				}
 				if paced {
 					select {
 					case <-finished:

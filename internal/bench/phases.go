@@ -71,20 +71,23 @@ func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int6
 		l := &locals[c]
 		l.created = make(map[string]time.Time, n/clients+1)
 		g.Go(func() error {
-			for next.Add(1) <= int64(n) {
+			for {
+				k := e.takeRequests(&next, n)
+				if k == 0 {
+					break
+				}
 				t0 := clock.Real{}.Now()
-				run, err := e.Admin.CreateRun(gctx, &protocol.RunRequest{Job: Job, Channel: Channel})
+				runs, err := e.request(gctx, k)
 				t1 := clock.Real{}.Now()
 				if err != nil {
-					return fmt.Errorf("request run: %w", err)
+					return err
 				}
-				if run.State != "queued" {
-					return fmt.Errorf("request run: run %s is %s, want queued", run.ID, run.State)
+				for _, run := range runs {
+					l.lat = append(l.lat, t1.Sub(t0))
+					l.created[run.ID] = run.CreatedAt
 				}
-				l.lat = append(l.lat, t1.Sub(t0))
-				l.created[run.ID] = run.CreatedAt
 				l.last = t1
-				done.Add(1)
+				done.Add(int64(k))
 			}
 			return nil
 		})
@@ -110,6 +113,56 @@ func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int6
 	out.Phase = newPhase(n, last.Sub(start))
 	out.Latency = Summarize(lat)
 	return out, nil
+}
+
+// takeRequests takes the next runs to request, up to RequestBatch of the n
+// in all that next counts; 0 when none are left.
+func (e *Env) takeRequests(next *atomic.Int64, n int) int {
+	b := int64(max(e.RequestBatch, 1))
+	first := next.Add(b) - b
+	return int(min(b, max(int64(n)-first, 0)))
+}
+
+// request requests k queued runs of Job: in one POST /v1/runs/batch with
+// RequestBatch, else (k is 1) in one POST /v1/runs.
+func (e *Env) request(ctx context.Context, k int) ([]*protocol.Run, error) {
+	if e.RequestBatch <= 1 {
+		return e.requestOne(ctx)
+	}
+	reqs := make([]protocol.RunRequest, k)
+	for i := range reqs {
+		reqs[i] = protocol.RunRequest{Job: Job, Channel: Channel}
+	}
+	answers, err := e.Admin.CreateRuns(ctx, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("request runs: %w", err)
+	}
+	runs := make([]*protocol.Run, k)
+	for i, a := range answers {
+		if a.Err != nil {
+			return nil, fmt.Errorf("request runs: item %d: %w", i, a.Err)
+		}
+		if !a.Created {
+			return nil, fmt.Errorf("request runs: item %d: run %s was not created by this request", i, a.Run.ID)
+		}
+		if a.Run.State != "queued" {
+			return nil, fmt.Errorf("request runs: run %s is %s, want queued", a.Run.ID, a.Run.State)
+		}
+		runs[i] = a.Run
+	}
+	return runs, nil
+}
+
+// requestOne requests one queued run of Job with POST /v1/runs.
+func (e *Env) requestOne(ctx context.Context) ([]*protocol.Run, error) {
+	run, err := e.Admin.CreateRun(ctx, &protocol.RunRequest{Job: Job, Channel: Channel})
+	if err != nil {
+		return nil, fmt.Errorf("request run: %w", err)
+	}
+	if run.State != "queued" {
+		return nil, fmt.Errorf("request run: run %s is %s, want queued", run.ID, run.State)
+	}
+	return []*protocol.Run{run}, nil
 }
 
 // Drained is the outcome of the claim+result phase.

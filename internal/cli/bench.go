@@ -22,6 +22,7 @@ type BenchCmd struct {
 	Dispatch     int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
 	ClaimMax     int    `name:"claim-max" default:"1" help:"Attempts a runner claims per request in the claim+result and lifecycle phases (the claim's max); above 1 each runner works on that many at once."`
 	BatchResults bool   `name:"batch-results" help:"Have a runner report the results of the attempts it claimed together in one signed call (POST /v1/runner/results) instead of one call each; useful with --claim-max."`
+	RequestBatch int    `name:"request-batch" default:"1" help:"Runs a client requests per call in the request and lifecycle phases (POST /v1/runs/batch above 1, as a backfill would); the dispatch phase always requests one at a time."`
 	CommitBatch  int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
 	Backlog      int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
 	Idle         int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
@@ -49,12 +50,15 @@ func (c *BenchCmd) Run(g *Globals) error {
 	if c.ClaimMax < 1 || c.ClaimMax > protocol.MaxClaimBatch {
 		return fmt.Errorf("--claim-max must be 1..%d", protocol.MaxClaimBatch)
 	}
+	if c.RequestBatch < 1 || c.RequestBatch > protocol.MaxRunBatch {
+		return fmt.Errorf("--request-batch must be 1..%d", protocol.MaxRunBatch)
+	}
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
-		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, ClaimMax: c.ClaimMax, LogsApart: c.LogsApart, Renew: c.Renew, BatchResults: c.BatchResults, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, ClaimMax: c.ClaimMax, LogsApart: c.LogsApart, Renew: c.Renew, BatchResults: c.BatchResults, RequestBatch: c.RequestBatch, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
 	if c.CPUProfile != "" {

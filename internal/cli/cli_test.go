@@ -145,6 +145,29 @@ func TestDevQuickStart(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "run not cancelled: %s", out)
 		time.Sleep(100 * time.Millisecond)
 	}
+
+	// A backfill: one run per line, refused lines reported and the exit
+	// status 1; the same command again requests nothing twice.
+	pf := filepath.Join(dir, "names.jsonl")
+	require.NoError(t, os.WriteFile(pf, []byte("{\"name\":\"ann\"}\n\n# skipped\n{\"name\":\"bad;rm\"}\n{\"name\":\"bo\"}\n"), 0o600))
+	code, out, errOut = run(t, "run", "hello", "--params-file", pf, "--idempotency-key", "names")
+	require.Equal(t, 1, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Regexp(t, `(?m)^line 1: run run_\S+ queued$`, out)
+	require.Regexp(t, `(?m)^line 4: refused: .*invalid_params`, out)
+	require.Regexp(t, `(?m)^line 5: run run_\S+ queued$`, out)
+	require.Contains(t, errOut, "3 of 3 requested")
+	require.Contains(t, errOut, "1 of 3 lines refused")
+	code, out, _ = run(t, "run", "hello", "--params-file", pf, "--idempotency-key", "names")
+	require.Equal(t, 1, code)
+	require.Regexp(t, `(?m)^line 1: run run_\S+ \w+ \(requested before, same idempotency key\)$`, out)
+	// A file with a bad line is refused before anything is requested.
+	require.NoError(t, os.WriteFile(pf, []byte("{\"name\":\"cy\"}\n{\"name\":\n"), 0o600))
+	code, _, errOut = run(t, "run", "hello", "--params-file", pf)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, pf+":2:")
+	code, _, errOut = run(t, "run", "hello", "--params-file", pf, "-p", "name=x", "--wait")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "--wait")
 }
 
 func TestParseParams(t *testing.T) {

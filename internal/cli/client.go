@@ -22,8 +22,9 @@ type RunCmd struct {
 	Channel        string   `default:"prod" help:"Channel to run in."`
 	Ref            string   `help:"Branch, for pattern channels."`
 	Reason         string   `help:"Why this run is requested (kept with the run)."`
-	IdempotencyKey string   `name:"idempotency-key" help:"Requests with the same key return the same run."`
+	IdempotencyKey string   `name:"idempotency-key" help:"Requests with the same key return the same run. With --params-file, line N's run gets KEY:N, so that the same command again requests nothing twice."`
 	Wait           bool     `help:"Follow the log; exit 0 only if the run succeeded."`
+	ParamsFile     string   `name:"params-file" type:"existingfile" help:"Request one run per line of this file (JSON Lines: a JSON object of parameters per line; blank lines and lines starting with # are skipped), in calls of up to 100 (a backfill). -p values apply to every line." placeholder:"FILE"`
 }
 
 // parseParams turns key=value flags into a JSON object. A value is JSON when
@@ -60,6 +61,9 @@ func (c *RunCmd) Run(g *Globals) error {
 	params, err := parseParams(c.Param)
 	if err != nil {
 		return err
+	}
+	if c.ParamsFile != "" {
+		return c.runMany(g, cl, params)
 	}
 	run, err := cl.CreateRun(g.Ctx, &protocol.RunRequest{Job: c.Job, Channel: c.Channel, Ref: c.Ref, Params: params, Reason: c.Reason, IdempotencyKey: c.IdempotencyKey})
 	if err != nil {

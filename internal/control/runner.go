@@ -793,11 +793,7 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 		seen[it.AttemptID] = i
 		in, err := prepareResult(&it.ResultRequest)
 		if err != nil {
-			field := fmt.Sprintf("results[%d]", i)
-			if fe := (*FieldError)(nil); errors.As(err, &fe) {
-				field += "." + fe.Field
-			}
-			return nil, nil, &FieldError{Field: field, Err: fmt.Errorf("results[%d]: %w", i, err)}
+			return nil, nil, itemError("results", i, err)
 		}
 		ins[i] = in
 		calls[i] = &authn.SignedCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}

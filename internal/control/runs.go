@@ -58,52 +58,113 @@ type requestOrigin struct {
 }
 
 func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
-	if req.Job == "" {
-		return nil, false, fmt.Errorf("job is required: %w", protocol.ErrBadRequest)
-	}
-	if req.Channel == "" {
-		return nil, false, fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)
-	}
-	if req.IdempotencyKey != "" && !idempotencyKeyRE.MatchString(req.IdempotencyKey) {
-		return nil, false, fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)
-	}
-	if len(req.Reason) > 1000 {
-		return nil, false, fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)
-	}
-	if req.IdempotencyKey != "" {
-		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
-			return v, false, err
-		}
-	}
-	inst, err := s.activeInstallation(ctx, actor.TenantID)
-	if err != nil {
+	if err := checkRunRequest(req); err != nil {
 		return nil, false, err
 	}
-	cat := origin.Catalog
-	if cat == nil {
-		if cat, err = s.tenantCatalog(ctx, inst, req.Channel); err != nil {
-			return nil, false, err
+	p, v, err := s.prepareRun(ctx, actor, req, origin, nil)
+	if v != nil || err != nil {
+		return v, false, err
+	}
+	err = s.commits.do(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, p) })
+	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
+		// A concurrent request with the same key won the insert.
+		v, err := s.byIdempotencyKey(ctx, actor, req)
+		if v == nil && err == nil {
+			err = fmt.Errorf("idempotency key race: %w", protocol.ErrRetry)
+		}
+		return v, false, err
+	}
+	if err != nil {
+		return nil, false, mapStoreErr(err)
+	}
+	v, err = s.requested(ctx, p)
+	return v, err == nil, err
+}
+
+// checkRunRequest checks what a run request must carry before anything is
+// looked up: a refusal here is the caller's mistake, whatever the catalog.
+func checkRunRequest(req *protocol.RunRequest) error {
+	if req.Job == "" {
+		return &FieldError{Field: "job", Err: fmt.Errorf("job is required: %w", protocol.ErrBadRequest)}
+	}
+	if req.Channel == "" {
+		return &FieldError{Field: "channel", Err: fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)}
+	}
+	if req.IdempotencyKey != "" && !idempotencyKeyRE.MatchString(req.IdempotencyKey) {
+		return &FieldError{Field: "idempotency_key", Err: fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)}
+	}
+	if len(req.Reason) > 1000 {
+		return &FieldError{Field: "reason", Err: fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)}
+	}
+	return nil
+}
+
+// preparedRun is a run request decided outside any transaction: the run
+// to write, with what its transaction needs.
+type preparedRun struct {
+	actor    Actor
+	run      *store.Run
+	spec     Spec
+	keys     []store.LeaseKey
+	decision Decision
+	github   *githubRunOrigin
+	attID    string         // the first attempt's, should the run be queued
+	att      *store.Attempt // set by writeRun for a queued run
+}
+
+// requestBatch is what the items of one batch of run requests share: the
+// catalogs resolved, by channel and ref, so that each is read once, and
+// identifiers that sort in the items' order (claims take runs of the same
+// moment in the order of their attempts' identifiers).
+type requestBatch struct {
+	catalogs  map[[2]string]Catalog
+	runs, att id.Seq
+}
+
+// prepareRun resolves, validates and decides a checked run request. It
+// returns the earlier run instead when the request's idempotency key names
+// one.
+func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
+	if req.IdempotencyKey != "" {
+		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
+			return nil, v, err
 		}
 	}
+	cat := origin.Catalog
+	if cat == nil && batch != nil {
+		cat = batch.catalogs[[2]string{req.Channel, req.Ref}]
+	}
 	if cat == nil {
-		if s.defs == nil {
-			return nil, false, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
+		inst, err := s.activeInstallation(ctx, actor.TenantID)
+		if err != nil {
+			return nil, nil, err
 		}
-		if cat, err = s.defs.Resolve(ctx, req.Channel, req.Ref); err != nil {
-			return nil, false, err
+		if cat, err = s.tenantCatalog(ctx, inst, req.Channel); err != nil {
+			return nil, nil, err
+		}
+		if cat == nil {
+			if s.defs == nil {
+				return nil, nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
+			}
+			if cat, err = s.defs.Resolve(ctx, req.Channel, req.Ref); err != nil {
+				return nil, nil, err
+			}
+		}
+		if batch != nil {
+			batch.catalogs[[2]string{req.Channel, req.Ref}] = cat
 		}
 	}
 	spec, ok := cat.Job(req.Job)
 	if !ok {
-		return nil, false, fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)
+		return nil, nil, &FieldError{Field: "job", Err: fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)}
 	}
 	params, err := cat.ValidateParams(req.Job, req.Params)
 	if err != nil {
 		var pe *ParamsError
 		if errors.As(err, &pe) {
-			return nil, false, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
 		}
-		return nil, false, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
 	}
 	ref := req.Ref
 	if ref == "" {
@@ -124,13 +185,13 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		var pe *lease.ParamError
 		if errors.As(err, &pe) {
-			return nil, false, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
 		}
-		return nil, false, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
 	}
 	keysJSON, err := json.Marshal(keys)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	decision := cat.Decide(DecisionRequest{
 		Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind, Params: params,
@@ -142,21 +203,25 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	s.observeDecision("request", decision)
 	decisionJSON, err := json.Marshal(decisionRecord{Request: decision})
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	grantsJSON, err := json.Marshal(grantsOrEmpty(decision.Grants))
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	if err := s.pinSource(&spec, ref); err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
+	}
+	runID, attID := id.New(id.Run, now), id.New(id.Attempt, now)
+	if batch != nil {
+		runID, attID = batch.runs.Next(id.Run, now), batch.att.Next(id.Attempt, now)
 	}
 	run := &store.Run{
-		ID: id.New(id.Run, now), Tenant: actor.TenantID, Job: req.Job, Channel: req.Channel, Ref: ref,
+		ID: runID, Tenant: actor.TenantID, Job: req.Job, Channel: req.Channel, Ref: ref,
 		Commit: cat.Commit(), Params: params, Actor: actor.Name, Reason: req.Reason, Source: source,
 		IdempotencyKey: req.IdempotencyKey, Decision: decisionJSON, Grants: grantsJSON,
 		LeaseKeys: keysJSON, Spec: specJSON, MaxAttempts: max(spec.MaxAttempts, 1),
@@ -170,77 +235,79 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	default:
 		run.State = store.RunQueued
 	}
-	var att *store.Attempt
-	err = s.commits.do(ctx, func(tx store.Tx) error {
-		att = nil
-		// A zero time lets the insert read the database clock, which a
-		// statement of its own cost a round trip per request.
-		var t time.Time
-		var err error
-		if fixed := s.clock.NowOrNil(); fixed != nil {
-			t = *fixed
-		}
-		if !decision.Allowed {
-			if t, err = tx.Now(ctx, s.clock.NowOrNil()); err != nil {
-				return err
-			}
-			run.FinishedAt = &t
-		} else if err := s.checkKeys(ctx, tx, run.Tenant, keys); err != nil {
-			return err
-		}
-		run.CreatedAt, run.UpdatedAt = t, t
-		if run.State == store.RunQueued {
-			// The run and its first attempt in one statement, at the
-			// run's time (a round trip less on PostgreSQL).
-			att = newAttempt(run, spec, 1, t, t)
-			att.ID = id.New(id.Attempt, now)
-			if err := tx.RunCreateQueued(ctx, run, att); err != nil {
-				return err
-			}
-			if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
-				return err
-			}
-			if err := tx.WakeClaimers(ctx); err != nil {
-				return err
-			}
-			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
-		}
-		if err := tx.RunCreate(ctx, run); err != nil {
-			return err
-		}
-		if err := s.openRunCheck(ctx, tx, run, origin.GitHub); err != nil {
-			return err
-		}
-		if !decision.Allowed {
-			return s.audit(ctx, tx, run.Tenant, actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
-		}
-		// Pending approval: the attempt comes with the approval.
-		return s.audit(ctx, tx, run.Tenant, actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
-	})
-	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
-		// A concurrent request with the same key won the insert.
-		v, err := s.byIdempotencyKey(ctx, actor, req)
-		if v == nil && err == nil {
-			err = fmt.Errorf("idempotency key race: %w", protocol.ErrRetry)
-		}
-		return v, false, err
+	return &preparedRun{actor: actor, run: run, spec: spec, keys: keys, decision: decision, github: origin.GitHub, attID: attID}, nil, nil
+}
+
+// writeRun records a prepared run in tx: its row, its first attempt when
+// queued, its audit event. A refusal (a held reject key, a consumed once
+// key) comes from reads before any write, so a batch can refuse one run
+// and go on with the others in the same transaction.
+func (s *Service) writeRun(ctx context.Context, tx store.Tx, p *preparedRun) error {
+	run, decision := p.run, p.decision
+	p.att = nil
+	// A zero time lets the insert read the database clock, which a
+	// statement of its own cost a round trip per request.
+	var t time.Time
+	var err error
+	if fixed := s.clock.NowOrNil(); fixed != nil {
+		t = *fixed
 	}
-	if err != nil {
-		return nil, false, mapStoreErr(err)
-	}
-	s.log.InfoContext(ctx, "control: run requested", "run_id", run.ID, "job", run.Job, "channel", run.Channel, "state", run.State, "actor", actor.Name)
 	if !decision.Allowed {
-		return nil, false, &DeniedError{RunID: run.ID, Decision: decision}
+		if t, err = tx.Now(ctx, s.clock.NowOrNil()); err != nil {
+			return err
+		}
+		run.FinishedAt = &t
+	} else if err := s.checkKeys(ctx, tx, run.Tenant, p.keys); err != nil {
+		return err
 	}
-	// The answer is the run as this transaction wrote it: reading it back
-	// would cost three queries per request and could only show it a moment
-	// later (already claimed, say), which a GET shows as well.
+	run.CreatedAt, run.UpdatedAt = t, t
+	if run.State == store.RunQueued {
+		// The run and its first attempt in one statement, at the
+		// run's time (a round trip less on PostgreSQL).
+		att := newAttempt(run, p.spec, 1, t, t)
+		att.ID = p.attID
+		if err := tx.RunCreateQueued(ctx, run, att); err != nil {
+			return err
+		}
+		p.att = att
+		if err := s.openRunCheck(ctx, tx, run, p.github); err != nil {
+			return err
+		}
+		if err := tx.WakeClaimers(ctx); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
+	}
+	if err := tx.RunCreate(ctx, run); err != nil {
+		return err
+	}
+	if err := s.openRunCheck(ctx, tx, run, p.github); err != nil {
+		return err
+	}
+	if !decision.Allowed {
+		return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.denied", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "decision": decision})
+	}
+	// Pending approval: the attempt comes with the approval.
+	return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
+}
+
+// requested answers a committed run request: the run as its transaction
+// wrote it, or the denial (the denied run is kept for audit).
+func (s *Service) requested(ctx context.Context, p *preparedRun) (*RunView, error) {
+	run := p.run
+	s.log.InfoContext(ctx, "control: run requested", "run_id", run.ID, "job", run.Job, "channel", run.Channel, "state", run.State, "actor", p.actor.Name)
+	if !p.decision.Allowed {
+		return nil, &DeniedError{RunID: run.ID, Decision: p.decision}
+	}
+	// Reading the run back would cost three queries per request and could
+	// only show it a moment later (already claimed, say), which a GET
+	// shows as well.
 	v := &RunView{Run: run}
-	if att != nil {
-		v.Attempts = []*store.Attempt{att}
+	if p.att != nil {
+		v.Attempts = []*store.Attempt{p.att}
 	}
 	s.explainWait(ctx, s.store, v)
-	return v, true, nil
+	return v, nil
 }
 
 // FieldError is a refusal that names the input field at fault.

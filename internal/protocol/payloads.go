@@ -274,6 +274,30 @@ type RunRequest struct {
 	Reason         string          `json:"reason,omitempty"`
 }
 
+// RunsRequest is the body of POST /v1/runs/batch: several run requests in
+// one call (a backfill), each decided and recorded as POST /v1/runs would.
+type RunsRequest struct {
+	Runs []RunRequest `json:"runs"`
+}
+
+// MaxRunBatch bounds the items of a RunsRequest.
+const MaxRunBatch = 100
+
+// RunsResponse answers POST /v1/runs/batch: one answer per item, in the
+// items' order.
+type RunsResponse struct {
+	Runs []RunAnswer `json:"runs"`
+}
+
+// RunAnswer is one item's answer: the status POST /v1/runs would have
+// answered it with, and the run (201 created, 200 the earlier run of its
+// idempotency key) or the problem that refused it.
+type RunAnswer struct {
+	Status int      `json:"status"`
+	Run    *Run     `json:"run,omitempty"`
+	Error  *Problem `json:"error,omitempty"`
+}
+
 // Run is a run as every endpoint that returns one returns it.
 type Run struct {
 	ID              string          `json:"id"`
