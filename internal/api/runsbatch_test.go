@@ -144,6 +144,11 @@ func TestRunsBatch(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, after.Runs, 5, "a refused call records nothing")
 
+		// No token, no batch.
+		code, pcode, _ := e.bearer(http.MethodPost, "/v1/runs/batch", "", `{"runs":[{"job":"echo","channel":"prod"}]}`)
+		require.Equal(t, http.StatusUnauthorized, code)
+		require.Equal(t, protocol.CodeUnauthorized, pcode)
+
 		// A caller the policy denies gets each item denied, and the runs
 		// kept.
 		_, err = e.admin.CreatePrincipal(ctx, protocol.PrincipalRequest{Name: "mallory"})

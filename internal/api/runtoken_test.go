@@ -114,6 +114,9 @@ func TestRunTokens(t *testing.T) {
 			code, pc, _ := e.bearer("POST", "/v1/runs", tok, `{"job":"echo","channel":"prod"}`)
 			require.Equal(t, 403, code)
 			require.Equal(t, protocol.CodeForbidden, pc)
+			code, pc, _ = e.bearer("POST", "/v1/runs/batch", tok, `{"runs":[{"job":"echo","channel":"prod"}]}`)
+			require.Equal(t, 403, code, "a job may not request runs in a batch either")
+			require.Equal(t, protocol.CodeForbidden, pc)
 			found := false
 			all, err := st.AuditList(e.ctx(), &store.AuditListParams{Tenant: tenantOf(t, st), Limit: 0})
 			require.NoError(t, err)
