@@ -311,7 +311,18 @@ func (c *committer) group(ops []*commitOp) {
 		}
 	default:
 		c.group(append(nonces, bodies[:failed]...))
-		bodies[failed].finish(ferr)
+		if failed > 0 && isRefusal(ferr) {
+			// A refusal may rest on what the bodies before it wrote (a
+			// run holding the key it asked for, say), and those just ran
+			// again in a transaction of their own, where what they wrote
+			// can differ: another transaction may have gone in between.
+			// Answering the refusal could name a run that never existed;
+			// the refused body runs again, alone, against what was
+			// committed.
+			c.group([]*commitOp{bodies[failed]})
+		} else {
+			bodies[failed].finish(ferr)
+		}
 		c.group(bodies[failed+1:])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,6 +155,51 @@ func TestGroupCommitNonces(t *testing.T) {
 			err := st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", n, exp) })
 			require.ErrorIs(t, err, store.ErrAlreadyExists, "nonce %s was not committed", n)
 		}
+	})
+}
+
+// TestGroupCommitRefusalRunsAgain: a body refused because of what an
+// earlier body of its group wrote is not answered with that refusal when
+// the earlier body, run again after the group was rolled back, writes
+// something else (here nothing): the refused body runs again alone and
+// its answer rests on what was committed.
+func TestGroupCommitRefusalRunsAgain(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g, c, exp := gatedCommitter(st)
+		tn, err := st.TenantEnsure(ctx, "refusal", nil)
+		require.NoError(t, err)
+		var runs atomic.Int32
+		calls := []func() error{
+			func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_ra", Nonce: "first", ExpiresAt: exp}) },
+			// The first time it runs it takes the key; run again, it finds
+			// the world changed and does not.
+			func() error {
+				return c.do(ctx, func(tx store.Tx) error {
+					if runs.Add(1) == 1 {
+						return tx.LeaseKeyLock(ctx, tn.ID, "phantom")
+					}
+					return nil
+				})
+			},
+			func() error {
+				return c.do(ctx, func(tx store.Tx) error {
+					if _, err := tx.LeaseKeyGet(ctx, tn.ID, "phantom"); err == nil {
+						return fmt.Errorf("key taken: %w", protocol.ErrLeaseHeld)
+					} else if !errors.Is(err, store.ErrNotFound) {
+						return err
+					}
+					return nil
+				})
+			},
+		}
+		errs := runQueued(t, c, g, calls, nil)
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.NoError(t, errs[2], "refused on the strength of a write that was never committed")
+		require.Equal(t, int32(2), runs.Load(), "the first body ran in the group, then again without the refused one")
+		_, err = st.LeaseKeyGet(ctx, tn.ID, "phantom")
+		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
 
