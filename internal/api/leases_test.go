@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,4 +243,57 @@ func leaseCases(t *testing.T, newStore func(testing.TB) store.Store) {
 			require.True(t, found, "the release is audited")
 		})
 	}
+}
+
+// Requests racing for an on_conflict: reject key, through POST /v1/runs and
+// POST /v1/runs/batch at once: exactly one is accepted and every other is
+// refused with lease_held naming it. Before each request locked the key it
+// checks, two PostgreSQL transactions could both find the key free; and
+// before a refused body of a group transaction ran again alone, a refusal
+// could name a run whose insert was rolled back with its group.
+func TestRejectKeyRace(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newEnvFiles(t, st, leaseDefinitions)
+		const n = 24
+		runs := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				req := protocol.RunRequest{Job: "deploy", Channel: "prod"}
+				if i%4 != 0 {
+					r, err := e.admin.CreateRun(e.ctx(), &req)
+					if err == nil {
+						runs[i] = r.ID
+					}
+					errs[i] = err
+					return
+				}
+				ans, err := e.admin.CreateRuns(e.ctx(), []protocol.RunRequest{req})
+				if err == nil {
+					if err = ans[0].Err; err == nil {
+						runs[i] = ans[0].Run.ID
+					}
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		winner := ""
+		for i := range n {
+			if errs[i] == nil {
+				require.Empty(t, winner, "two requests for the reject key were accepted: %s and %s", winner, runs[i])
+				winner = runs[i]
+			}
+		}
+		require.NotEmpty(t, winner)
+		for i := range n {
+			if errs[i] != nil {
+				p := problemOf(t, errs[i])
+				require.Equal(t, protocol.CodeLeaseHeld, p.Code, "request %d", i)
+				require.Equal(t, winner, p.RunID, "request %d", i)
+			}
+		}
+	})
 }

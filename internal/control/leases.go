@@ -38,6 +38,22 @@ func runKeys(r *store.Run) ([]store.LeaseKey, error) {
 // consumed by a successful run, or a reject key held or waited for by a run
 // that has not finished.
 func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, keys []store.LeaseKey) error {
+	// Two requests checking the same key at once would both find it free
+	// and both be accepted: each locks the keys it checks first (sorted, as
+	// claims lock them), so the second sees the first's run.
+	checked := map[string]bool{}
+	for _, k := range keys {
+		if k.Once || k.OnConflict == "reject" {
+			checked[k.Key] = true
+		}
+	}
+	for _, k := range store.SortedLeaseKeys(keys) {
+		if checked[k.Key] {
+			if err := tx.LeaseKeyLock(ctx, tenant, k.Key); err != nil {
+				return err
+			}
+		}
+	}
 	for _, k := range keys {
 		if k.Once {
 			st, err := tx.LeaseKeyGet(ctx, tenant, k.Key)

@@ -489,6 +489,13 @@ type Queries interface {
 	LeaseKeyConsume(ctx context.Context, tenant, key, runID string) error
 	// LeaseKeyGet reads a key's counter; ErrNotFound if never used.
 	LeaseKeyGet(ctx context.Context, tenant, key string) (*LeaseKeyState, error)
+	// LeaseKeyLock creates the key's counter row if it does not exist and
+	// locks it until the transaction ends, so that transactions checking
+	// the key (a run request's on_conflict: reject and once checks) run one
+	// after the other and each sees the runs the one before it wrote. Lock
+	// several keys in sorted order. Where one writer runs one transaction
+	// at a time (SQLite), it only creates the row.
+	LeaseKeyLock(ctx context.Context, tenant, key string) error
 	// LeaseList lists a tenant's holds whose key starts with prefix, by key
 	// and slot.
 	LeaseList(ctx context.Context, tenant, prefix string) ([]LeaseHold, error)

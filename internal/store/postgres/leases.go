@@ -53,6 +53,15 @@ func (q *queries) lockLeaseKey(ctx context.Context, tenant, key string) (int64, 
 	return token, interpretError(err)
 }
 
+func (q *queries) LeaseKeyLock(ctx context.Context, tenant, key string) error {
+	if _, err := q.db.Exec(ctx, `INSERT INTO lease_keys (tenant, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		tenant, key); err != nil {
+		return interpretError(err)
+	}
+	_, err := q.lockLeaseKey(ctx, tenant, key)
+	return err
+}
+
 // unblockWaiters makes the queued attempts waiting for key claimable again.
 func (q *queries) unblockWaiters(ctx context.Context, tenant, key string) error {
 	_, err := q.db.Exec(ctx, `UPDATE attempts SET blocked_on = ''

@@ -209,6 +209,13 @@ func (q *queries) LeaseKeyGet(ctx context.Context, tenant, key string) (*store.L
 	return k, nil
 }
 
+// LeaseKeyLock only creates the row: SQLite's one writer already runs the
+// transactions that check a key one after the other.
+func (q *queries) LeaseKeyLock(ctx context.Context, tenant, key string) error {
+	_, err := q.db.ExecContext(ctx, `INSERT INTO lease_keys (tenant, key) VALUES (?, ?) ON CONFLICT DO NOTHING`, tenant, key)
+	return interpretError(err)
+}
+
 // LeaseList compares the prefix with substr rather than LIKE: SQLite's LIKE
 // ignores ASCII case, and keys are case-sensitive.
 func (q *queries) LeaseList(ctx context.Context, tenant, prefix string) ([]store.LeaseHold, error) {

@@ -619,3 +619,49 @@ func testLeaseConcurrent(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Empty(t, hs)
 }
+
+// testLeaseKeyLock: the lock creates the key's row (once, whatever the
+// number of calls) and holds it to the end of the transaction: a second
+// transaction locking the same key goes on only after the first ended.
+func testLeaseKeyLock(t *testing.T, s store.Store) {
+	ctx := bg()
+	f := newFixture(t, s)
+	_, err := s.LeaseKeyGet(ctx, f.tenant, "deploy:prod")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.LeaseKeyLock(ctx, f.tenant, "deploy:prod"); err != nil {
+			return err
+		}
+		return tx.LeaseKeyLock(ctx, f.tenant, "deploy:prod")
+	}))
+	k, err := s.LeaseKeyGet(ctx, f.tenant, "deploy:prod")
+	require.NoError(t, err)
+	require.Equal(t, int64(0), k.LastFencingToken)
+	require.Empty(t, k.ConsumedByRun)
+
+	locked, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.InTx(ctx, func(tx store.Tx) error {
+			if err := tx.LeaseKeyLock(ctx, f.tenant, "deploy:prod"); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	second := make(chan error, 1)
+	go func() {
+		second <- s.InTx(ctx, func(tx store.Tx) error { return tx.LeaseKeyLock(ctx, f.tenant, "deploy:prod") })
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("a second transaction locked the key while the first held it (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+}
