@@ -416,6 +416,12 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 	<-drained
 
 	code, summary = exitStatus(werr)
+	if len(a.asg.Artifacts) == 0 {
+		// Nothing is left to do before the result: the last lines go with
+		// it (closeKeepingLast), one call less, whatever the ticker does.
+		// Uploads can take long; their lines are not held back.
+		a.logs.hold()
+	}
 	a.system("jobplane: process ended: " + summary)
 	a.artifacts = a.uploadArtifacts(artifacts)
 	a.mu.Lock()

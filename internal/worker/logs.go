@@ -79,6 +79,10 @@ type shipper struct {
 	// to send with the result instead of on its own.
 	holdLast bool
 	last     *protocol.LogsRequest
+	// holding keeps a partial chunk queued until close: the lines that
+	// remain once the process ended go with the result, even when a tick
+	// comes between them and the result.
+	holding bool
 
 	kick chan struct{}
 	done chan struct{}
@@ -143,6 +147,14 @@ func (s *shipper) closeKeepingLast() *protocol.LogsRequest {
 	return s.last
 }
 
+// hold keeps what is queued from now on (unless a chunk fills up) for
+// closeKeepingLast, instead of sending it at the next tick.
+func (s *shipper) hold() {
+	s.mu.Lock()
+	s.holding = true
+	s.mu.Unlock()
+}
+
 // drop discards queued and future lines: the lease is gone.
 func (s *shipper) drop() {
 	s.mu.Lock()
@@ -159,6 +171,9 @@ func (s *shipper) next() (chunk []protocol.LogLine, finished, final bool) {
 	defer s.mu.Unlock()
 	if s.dropping || len(s.pending) == 0 {
 		return nil, s.closed || s.dropping, false
+	}
+	if s.holding && !s.closed && len(s.pending) < maxChunkLines && s.bytes < maxChunkBytes {
+		return nil, false, false
 	}
 	n, size := 0, 0
 	for n < len(s.pending) && n < maxChunkLines && (n == 0 || size+len(s.pending[n].Text) <= maxChunkBytes) {

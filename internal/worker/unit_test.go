@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 func TestTrustUntil(t *testing.T) {
@@ -88,4 +91,49 @@ func TestConfigValidate(t *testing.T) {
 		require.True(t, errors.As(c.Validate(), &ce), "Validate() after editing %s", tt.field)
 		require.Equal(t, tt.field, ce.Field)
 	}
+}
+
+// A held shipper sends nothing at its ticks (the lines after the process
+// ended wait for the result), except a chunk that fills up; at close the
+// last chunk is kept for the result.
+func TestShipperHold(t *testing.T) {
+	var mu sync.Mutex
+	var sent []protocol.LogsRequest
+	s := newShipper(time.Now, time.Millisecond, func(r protocol.LogsRequest) bool {
+		mu.Lock()
+		sent = append(sent, r)
+		mu.Unlock()
+		return true
+	})
+	s.add("stdout", "before")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 1 }, 5*time.Second, time.Millisecond)
+	s.hold()
+	s.add("system", "jobplane: process ended: exit status 0")
+	time.Sleep(30 * time.Millisecond) // thirty ticks
+	mu.Lock()
+	require.Len(t, sent, 1, "a held line was sent at a tick")
+	mu.Unlock()
+	last := s.closeKeepingLast()
+	require.NotNil(t, last)
+	require.Equal(t, int64(2), last.Seq)
+	require.Equal(t, "jobplane: process ended: exit status 0", last.Lines[0].Text)
+	mu.Lock()
+	require.Len(t, sent, 1)
+	mu.Unlock()
+
+	// A full chunk still goes while held.
+	s2 := newShipper(time.Now, time.Hour, func(r protocol.LogsRequest) bool {
+		mu.Lock()
+		sent = append(sent, r)
+		mu.Unlock()
+		return true
+	})
+	s2.hold()
+	for range maxChunkLines + 1 {
+		s2.add("stdout", "x")
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 2 }, 5*time.Second, time.Millisecond)
+	last = s2.closeKeepingLast()
+	require.NotNil(t, last)
+	require.Len(t, last.Lines, 1)
 }
