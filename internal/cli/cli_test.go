@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // syncBuffer is a bytes.Buffer safe for the dev command's goroutines.
@@ -197,4 +199,32 @@ func stdinFor(args []string) string {
 		return "s3cret-value\n"
 	}
 	return ""
+}
+
+// A backfill's calls hold at most 100 requests and stay under the body
+// limit: large parameter lines make smaller calls, in order, none lost.
+func TestRunBatches(t *testing.T) {
+	t.Parallel()
+	reqs := make([]protocol.RunRequest, 250)
+	for i := range reqs {
+		reqs[i] = protocol.RunRequest{Job: "j", Channel: "prod", Params: json.RawMessage(`{"n":1}`)}
+	}
+	require.Equal(t, [][2]int{{0, 100}, {100, 200}, {200, 250}}, batches(reqs, 100, runBatchBytes))
+	big := json.RawMessage(`{"blob":"` + strings.Repeat("x", 60<<10) + `"}`)
+	for i := range reqs {
+		reqs[i].Params = big
+	}
+	spans := batches(reqs, 100, runBatchBytes)
+	next := 0
+	for _, s := range spans {
+		require.Equal(t, next, s[0], "spans are consecutive")
+		require.Greater(t, s[1], s[0])
+		b, err := json.Marshal(protocol.RunsRequest{Runs: reqs[s[0]:s[1]]})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(b), protocol.MaxBodyBytes, "span %v", s)
+		next = s[1]
+	}
+	require.Equal(t, len(reqs), next)
+	require.Greater(t, len(spans), 10)
+	require.Empty(t, batches(nil, 100, runBatchBytes))
 }

@@ -68,8 +68,33 @@ func readParamsFile(path string, common json.RawMessage) ([]paramLine, error) {
 	return out, nil
 }
 
+// runBatchBytes bounds the requests of one call, below the server's body
+// limit (protocol.MaxBodyBytes) with room for the envelope: a line's params
+// may be up to 64 KiB, so 100 of them may not fit in one body.
+const runBatchBytes = protocol.MaxBodyBytes - 4096
+
+// batches cuts reqs into consecutive spans [start, end) of at most n
+// requests whose JSON together stays within size bytes (a request larger
+// than that alone is a span of its own, for the server to refuse).
+func batches(reqs []protocol.RunRequest, n, size int) [][2]int {
+	var out [][2]int
+	start, used := 0, 0
+	for i := range reqs {
+		b, _ := json.Marshal(&reqs[i])
+		if i > start && (i-start == n || used+len(b)+1 > size) {
+			out = append(out, [2]int{start, i})
+			start, used = i, 0
+		}
+		used += len(b) + 1
+	}
+	if start < len(reqs) {
+		out = append(out, [2]int{start, len(reqs)})
+	}
+	return out
+}
+
 // runMany requests one run per line of --params-file in calls of up to
-// protocol.MaxRunBatch, printing each line's run or refusal as its call is
+// protocol.MaxRunBatch (fewer when their bodies would be too large), printing each line's run or refusal as its call is
 // answered and the progress on stderr. It exits 1 when any line was
 // refused; with --idempotency-key the same command again requests only the
 // lines that have no run yet.
@@ -81,16 +106,16 @@ func (c *RunCmd) runMany(g *Globals, cl *apiclient.Client, common json.RawMessag
 	if err != nil {
 		return err
 	}
-	refused, done := 0, 0
-	for start := 0; start < len(lines); start += protocol.MaxRunBatch {
-		chunk := lines[start:min(start+protocol.MaxRunBatch, len(lines))]
-		reqs := make([]protocol.RunRequest, len(chunk))
-		for i, l := range chunk {
-			reqs[i] = protocol.RunRequest{Job: c.Job, Channel: c.Channel, Ref: c.Ref, Params: l.params, Reason: c.Reason}
-			if c.IdempotencyKey != "" {
-				reqs[i].IdempotencyKey = fmt.Sprintf("%s:%d", c.IdempotencyKey, l.line)
-			}
+	all := make([]protocol.RunRequest, len(lines))
+	for i, l := range lines {
+		all[i] = protocol.RunRequest{Job: c.Job, Channel: c.Channel, Ref: c.Ref, Params: l.params, Reason: c.Reason}
+		if c.IdempotencyKey != "" {
+			all[i].IdempotencyKey = fmt.Sprintf("%s:%d", c.IdempotencyKey, l.line)
 		}
+	}
+	refused, done := 0, 0
+	for _, span := range batches(all, protocol.MaxRunBatch, runBatchBytes) {
+		chunk, reqs := lines[span[0]:span[1]], all[span[0]:span[1]]
 		answers, err := cl.CreateRuns(g.Ctx, reqs)
 		if err != nil {
 			return fmt.Errorf("lines %d to %d of %s: %w (the %d runs before them were requested)", chunk[0].line, chunk[len(chunk)-1].line, c.ParamsFile, err, done)
