@@ -74,16 +74,15 @@ func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor contr
 	}
 	resp := protocol.RunsResponse{Runs: make([]protocol.RunAnswer, len(outs))}
 	for i, o := range outs {
-		switch {
-		case o.Err != nil:
+		if o.Err != nil {
 			p := problemOf(h.log, o.Err)
 			resp.Runs[i] = protocol.RunAnswer{Status: p.Status, Error: &p}
-		case o.Created:
-			run := runJSON(o.View)
-			resp.Runs[i] = protocol.RunAnswer{Status: http.StatusCreated, Run: &run}
-		default:
-			run := runJSON(o.View)
-			resp.Runs[i] = protocol.RunAnswer{Status: http.StatusOK, Run: &run}
+			continue
+		}
+		run := runJSON(o.View)
+		resp.Runs[i] = protocol.RunAnswer{Status: http.StatusOK, Run: &run}
+		if o.Created {
+			resp.Runs[i].Status = http.StatusCreated
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -151,28 +151,24 @@ func (e *Env) RunLifecycle(ctx context.Context, runners []*Runner, n, clients in
 			return nil, err
 		}
 	}
+	// Paced, every request is a call of its own: dispatch latency is that
+	// of one run.
+	batch := e.RequestBatch
+	if paced {
+		batch = 1
+	}
 	var next atomic.Int64
 	for c := range clients {
 		l := &locals[len(runners)+c]
 		l.answered = map[string]time.Time{}
 		g.Go(func() error {
 			for {
-				k := 1
-				if paced {
-					if next.Add(1) > int64(n) {
-						break
-					}
-				} else if k = e.takeRequests(&next, n); k == 0 {
+				k := takeRequests(&next, n, batch)
+				if k == 0 {
 					break
 				}
 				t0 := clock.Real{}.Now()
-				var runs []*protocol.Run
-				var err error
-				if paced {
-					runs, err = e.requestOne(gctx)
-				} else {
-					runs, err = e.request(gctx, k)
-				}
+				runs, err := e.request(gctx, k, batch)
 				if err != nil {
 					return err
 				}

@@ -72,12 +72,12 @@ func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int6
 		l.created = make(map[string]time.Time, n/clients+1)
 		g.Go(func() error {
 			for {
-				k := e.takeRequests(&next, n)
+				k := takeRequests(&next, n, e.RequestBatch)
 				if k == 0 {
 					break
 				}
 				t0 := clock.Real{}.Now()
-				runs, err := e.request(gctx, k)
+				runs, err := e.request(gctx, k, e.RequestBatch)
 				t1 := clock.Real{}.Now()
 				if err != nil {
 					return err
@@ -115,18 +115,18 @@ func (e *Env) RequestRuns(ctx context.Context, n, clients int, done *atomic.Int6
 	return out, nil
 }
 
-// takeRequests takes the next runs to request, up to RequestBatch of the n
-// in all that next counts; 0 when none are left.
-func (e *Env) takeRequests(next *atomic.Int64, n int) int {
-	b := int64(max(e.RequestBatch, 1))
+// takeRequests takes the next runs to request, up to batch of the n in all
+// that next counts; 0 when none are left.
+func takeRequests(next *atomic.Int64, n, batch int) int {
+	b := int64(max(batch, 1))
 	first := next.Add(b) - b
 	return int(min(b, max(int64(n)-first, 0)))
 }
 
-// request requests k queued runs of Job: in one POST /v1/runs/batch with
-// RequestBatch, else (k is 1) in one POST /v1/runs.
-func (e *Env) request(ctx context.Context, k int) ([]*protocol.Run, error) {
-	if e.RequestBatch <= 1 {
+// request requests k queued runs of Job: in one POST /v1/runs/batch when
+// batch is above 1, else (k is 1) in one POST /v1/runs.
+func (e *Env) request(ctx context.Context, k, batch int) ([]*protocol.Run, error) {
+	if batch <= 1 {
 		return e.requestOne(ctx)
 	}
 	reqs := make([]protocol.RunRequest, k)
