@@ -172,6 +172,9 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 			if err != nil {
 				return err
 			}
+			var ends []*store.Attempt
+			var runs []*store.Run
+			var keys [][]store.LeaseKey
 			for _, snap := range atts {
 				a, err := tx.AttemptGetByID(ctx, snap.ID, true)
 				if err != nil {
@@ -184,8 +187,18 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 				if err != nil {
 					return err
 				}
+				ks, err := runKeys(r)
+				if err != nil {
+					return err
+				}
+				ends, runs, keys = append(ends, a), append(runs, r), append(keys, ks)
+			}
+			if err := s.lockKeysFirst(ctx, tx, rn.Tenant, keys); err != nil {
+				return err
+			}
+			for i, a := range ends {
 				a.LeaseExpiresAt = &now
-				if err := s.endAttempt(ctx, tx, r, a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
+				if err := s.endAttempt(ctx, tx, runs[i], a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
 					return err
 				}
 			}

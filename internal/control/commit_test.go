@@ -516,3 +516,57 @@ func TestLongPollBurst(t *testing.T) {
 		require.Equal(t, 0, e.a.ClaimsWaiting())
 	})
 }
+
+// TestGroupCommitLockOrder: a body that would lock a lease key's row below
+// one an earlier body of its group locked is not run in that group (it
+// could deadlock with a transaction taking the two the other way round):
+// the bodies before it commit as a group, it runs alone, and nobody sees
+// an error.
+func TestGroupCommitLockOrder(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		g, c, exp := gatedCommitter(st)
+		tn, err := st.TenantEnsure(ctx, "lockorder", nil)
+		require.NoError(t, err)
+		var tries [6]atomic.Int32
+		var refused atomic.Int32
+		lock := func(i int, key string) func() error {
+			return func() error {
+				return c.do(ctx, func(tx store.Tx) error {
+					tries[i].Add(1)
+					if err := keysInOrder(tx, tn.ID, []string{key}); err != nil {
+						refused.Add(1)
+						return err
+					}
+					if err := tx.LeaseKeyLock(ctx, tn.ID, key); err != nil {
+						return err
+					}
+					keysLocked(tx, tn.ID, []string{key})
+					return nil
+				})
+			}
+		}
+		calls := []func() error{
+			func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_lo", Nonce: "n", ExpiresAt: exp}) },
+			lock(1, "kb"),
+			lock(2, "kb"), // held already: no wait, whatever the order
+			lock(3, "kc"),
+			lock(4, "ka"), // below kc: alone
+			lock(5, "ka"),
+		}
+		errs := runQueued(t, c, g, calls, nil)
+		for i, err := range errs {
+			require.NoError(t, err, "call %d", i)
+		}
+		require.Equal(t, int32(1), refused.Load())
+		for i := 1; i <= 3; i++ {
+			require.Equal(t, int32(2), tries[i].Load(), "body %d: the bodies before it commit again without it", i)
+		}
+		require.Equal(t, int32(2), tries[4].Load(), "refused in the group, then alone")
+		require.Equal(t, int32(1), tries[5].Load(), "the bodies after it are a group of their own")
+		for _, k := range []string{"ka", "kb", "kc"} {
+			_, err := st.LeaseKeyGet(ctx, tn.ID, k)
+			require.NoError(t, err, k)
+		}
+	})
+}

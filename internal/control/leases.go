@@ -23,6 +23,14 @@ func (e *RunRefError) Error() string { return e.Err.Error() }
 // Unwrap returns the refusal.
 func (e *RunRefError) Unwrap() error { return e.Err }
 
+func keyNames(keys []store.LeaseKey) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Key
+	}
+	return out
+}
+
 func runKeys(r *store.Run) ([]store.LeaseKey, error) {
 	var keys []store.LeaseKey
 	if len(r.LeaseKeys) == 0 {
@@ -34,6 +42,18 @@ func runKeys(r *store.Run) ([]store.LeaseKey, error) {
 	return keys, nil
 }
 
+// lockedByCheck is the keys checkKeys locks, in order: the reject and once
+// keys.
+func lockedByCheck(keys []store.LeaseKey) []store.LeaseKey {
+	var out []store.LeaseKey
+	for _, k := range store.SortedLeaseKeys(keys) {
+		if k.Once || k.OnConflict == "reject" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // checkKeys refuses a request whose keys are spoken for: a once key already
 // consumed by a successful run, or a reject key held or waited for by a run
 // that has not finished.
@@ -41,19 +61,17 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 	// Two requests checking the same key at once would both find it free
 	// and both be accepted: each locks the keys it checks first (sorted, as
 	// claims lock them), so the second sees the first's run.
-	checked := map[string]bool{}
-	for _, k := range keys {
-		if k.Once || k.OnConflict == "reject" {
-			checked[k.Key] = true
+	checked := keyNames(lockedByCheck(keys))
+	if err := keysInOrder(tx, tenant, checked); err != nil {
+		return err
+	}
+	for i, k := range checked {
+		if err := tx.LeaseKeyLock(ctx, tenant, k); err != nil {
+			keysLocked(tx, tenant, checked[:i])
+			return err
 		}
 	}
-	for _, k := range store.SortedLeaseKeys(keys) {
-		if checked[k.Key] {
-			if err := tx.LeaseKeyLock(ctx, tenant, k.Key); err != nil {
-				return err
-			}
-		}
-	}
+	keysLocked(tx, tenant, checked)
 	for _, k := range keys {
 		if k.Once {
 			st, err := tx.LeaseKeyGet(ctx, tenant, k.Key)
@@ -86,10 +104,19 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return nil, false, err
 	}
+	names := keyNames(store.SortedLeaseKeys(keys))
+	if err := keysInOrder(tx, r.Tenant, names); err != nil {
+		return nil, false, err
+	}
 	held, blockedOn, err := tx.LeaseAcquire(ctx, &store.LeaseAcquireParams{Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Keys: keys, Now: s.clock.NowOrNil()})
 	if err != nil {
 		return nil, false, err
 	}
+	if blockedOn != "" {
+		// The keys are locked in order up to the one that is not free.
+		names = names[:slices.Index(names, blockedOn)+1]
+	}
+	keysLocked(tx, r.Tenant, names)
 	if blockedOn == "" {
 		if len(held) > 0 && held[0].ExpiresAt != nil {
 			a.LeaseExpiresAt = held[0].ExpiresAt // restarted after the key locks
@@ -124,10 +151,15 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return err
 	}
+	// The keys the attempt holds are some of its run's.
+	if err := keysInOrder(tx, r.Tenant, keyNames(keys)); err != nil {
+		return err
+	}
 	released, err := tx.LeaseReleaseAttempt(ctx, r.Tenant, a.ID)
 	if err != nil {
 		return err
 	}
+	keysLocked(tx, r.Tenant, released)
 	if a.State == store.AttemptSucceeded {
 		for _, k := range keys {
 			if k.Once && slices.Contains(released, k.Key) {

@@ -74,6 +74,17 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		}
 	}
 	err := s.commits.do(ctx, func(tx store.Tx) error {
+		// The items' reject and once keys, all of them in order first
+		// (keyorder.go); each item's check then finds them locked.
+		var keys [][]store.LeaseKey
+		for _, p := range prepared {
+			if p != nil && p.decision.Allowed {
+				keys = append(keys, lockedByCheck(p.keys))
+			}
+		}
+		if err := s.lockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
+			return err
+		}
 		for i, p := range prepared {
 			if p == nil {
 				continue

@@ -269,6 +269,15 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err != nil {
 				return err
 			}
+			keys := make([][]store.LeaseKey, len(cs))
+			for i, c := range cs {
+				if keys[i], err = runKeys(c.Run); err != nil {
+					return err
+				}
+			}
+			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
+				return err
+			}
 			for _, c := range cs {
 				got, err := s.handOut(ctx, tx, call, c.Attempt, c.Run, tokens[c.Slot], github)
 				if errors.Is(err, errRevoked) {
@@ -739,14 +748,28 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		return nil, err
 	}
 	out := make([]ResultOutcome, len(req.Results))
+	type checked struct {
+		a   *store.Attempt
+		r   *store.Run
+		now time.Time
+	}
 	err = s.commits.do(ctx, func(tx store.Tx) error {
+		// Every item is checked (its rows locked) before any is written,
+		// so that the lease keys of all of them can be locked in order
+		// first (keyorder.go). The items are distinct attempts, and a run
+		// has one live attempt: an item's check does not depend on
+		// another's write, except for the run state an acknowledged
+		// repeat answers, which is set below as the items before it left
+		// the run.
+		checks := make([]*checked, len(ins))
+		var keys [][]store.LeaseKey
 		for i, in := range ins {
 			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
 			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in)
 			switch {
 			case isRefusal(err):
 				// The checks only read: refusing this item leaves the
-				// transaction as the items before it left it.
+				// transaction as it was.
 				out[i].Err = err
 				continue
 			case err != nil:
@@ -755,11 +778,29 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 				out[i].RunState = ack.RunState
 				continue
 			}
-			resp, err := s.resultWrite(ctx, tx, calls[i], in, a, r, now)
+			ks, err := runKeys(r)
+			if err != nil {
+				return err
+			}
+			checks[i], keys = &checked{a: a, r: r, now: now}, append(keys, ks)
+		}
+		if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
+			return err
+		}
+		written := map[string]string{} // run ID → its state after an item's write
+		for i, c := range checks {
+			if c == nil {
+				if st, ok := written[calls[i].Run]; ok && out[i].Err == nil {
+					out[i].RunState = st
+				}
+				continue
+			}
+			resp, err := s.resultWrite(ctx, tx, calls[i], ins[i], c.a, c.r, c.now)
 			if err != nil {
 				return err
 			}
 			out[i].RunState = resp.RunState
+			written[c.r.ID] = resp.RunState
 		}
 		return nil
 	})
