@@ -194,3 +194,71 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 	require.Empty(t, rec.bad, "transactions that locked lease keys out of order")
 	t.Logf("%d transactions, committer %+v", rec.txs.Load(), e.a.CommitStats())
 }
+
+// orderRecorder notes, per transaction, the run rows locked and the keys
+// broken, in order.
+type orderRecorder struct {
+	store.Store
+	mu  sync.Mutex
+	txs [][]string
+}
+
+func (o *orderRecorder) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return o.Store.InTx(ctx, func(tx store.Tx) error {
+		ot := &orderTx{Tx: tx}
+		err := fn(ot)
+		o.mu.Lock()
+		o.txs = append(o.txs, ot.events)
+		o.mu.Unlock()
+		return err
+	})
+}
+
+type orderTx struct {
+	store.Tx
+	events []string
+}
+
+func (t *orderTx) RunGetByID(ctx context.Context, id string, forUpdate bool) (*store.Run, error) {
+	if forUpdate {
+		t.events = append(t.events, "run "+id)
+	}
+	return t.Tx.RunGetByID(ctx, id, forUpdate)
+}
+
+func (t *orderTx) LeaseForceRelease(ctx context.Context, tenant, key string) ([]store.LeaseHold, int64, error) {
+	t.events = append(t.events, "key "+key)
+	return t.Tx.LeaseForceRelease(ctx, tenant, key)
+}
+
+// TestBreakGlassLockOrder: breaking a key locks its holders' runs before
+// the key's row, as a result does (its run, then its keys); the other way
+// round, a break-glass release and the holder's result deadlock.
+func TestBreakGlassLockOrder(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b backend) {
+		t.Parallel()
+		rec := &orderRecorder{Store: b.st}
+		e := newLeaseEnv(t, rec, leaseJob("bg", "pool-bg", 30*time.Second, lease.Template{Key: "deploy-bg"}))
+		run, err := e.requestJob(e.a, "bg")
+		require.NoError(t, err)
+		rn := e.runnerIn("pool-bg", "bg-1")
+		asg, err := e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
+		require.NoError(t, err)
+		require.NotNil(t, asg)
+		_, err = e.a.ReleaseLease(e.ctx(), e.actor, "deploy-bg", "stuck deploy")
+		require.NoError(t, err)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var got []string
+		for _, ev := range rec.txs {
+			if slices.Contains(ev, "key deploy-bg") {
+				got = ev
+			}
+		}
+		require.Equal(t, []string{"run " + run.ID, "key deploy-bg"}, got)
+		r, err := b.st.RunGetByID(e.ctx(), run.ID, false)
+		require.NoError(t, err)
+		require.True(t, r.CancelRequested)
+	})
+}

@@ -271,15 +271,39 @@ func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason str
 		return nil, &FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
 	}
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		// The holders' runs are locked before the key's row, the order a
+		// result takes them in (its run, then its keys): the other way
+		// round, breaking a key while its holder reports its result
+		// deadlocks. A holder that took the key since is locked after it.
+		holds, err := tx.LeaseList(ctx, actor.TenantID, key)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, h := range holds {
+			if h.Key == key {
+				ids = append(ids, h.RunID)
+			}
+		}
+		slices.Sort(ids)
+		locked := map[string]*store.Run{}
+		for _, id := range slices.Compact(ids) {
+			if locked[id], err = tx.RunGetByID(ctx, id, true); err != nil {
+				return err
+			}
+		}
 		dropped, token, err := tx.LeaseForceRelease(ctx, actor.TenantID, key)
 		if err != nil {
 			return err
 		}
 		runs := []string{}
 		for _, h := range dropped {
-			r, err := tx.RunGetByID(ctx, h.RunID, true)
-			if err != nil {
-				return err
+			r := locked[h.RunID]
+			if r == nil {
+				if r, err = tx.RunGetByID(ctx, h.RunID, true); err != nil {
+					return err
+				}
+				locked[h.RunID] = r
 			}
 			runs = append(runs, r.ID)
 			if !r.State.Terminal() && !r.CancelRequested {
