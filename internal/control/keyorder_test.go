@@ -113,6 +113,10 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	// Two runs of one runner holding a key each, the later run's key the
+	// lower: disabling the runner ends both in one transaction.
+	jobs = append(jobs, leaseJob("o-x", "pool-disable", 30*time.Second, lease.Template{Key: "kx"}),
+		leaseJob("o-w", "pool-disable", 30*time.Second, lease.Template{Key: "kw"}))
 	e := newLeaseEnv(t, rec, jobs...)
 	rounds := 6
 	if longRun() {
@@ -188,6 +192,22 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
+	}
+	for _, job := range []string{"o-x", "o-w"} {
+		_, err := e.requestJob(e.a, job)
+		require.NoError(t, err)
+		e.clock.Advance(time.Second) // o-x's attempt is listed first
+	}
+	rn := e.runnerIn("pool-disable", "order-disable")
+	asgs, err := e.a.ClaimBatch(e.ctx(), call(rn, nil), &protocol.ClaimRequest{Max: 2})
+	require.NoError(t, err)
+	require.Len(t, asgs, 2)
+	_, err = e.a.SetRunnerStatus(e.ctx(), e.actor, rn.ID, string(store.RunnerDisabled))
+	require.NoError(t, err)
+	holds, err := st.LeaseList(e.ctx(), testTenant, "k")
+	require.NoError(t, err)
+	for _, h := range holds {
+		require.NotContains(t, []string{"kx", "kw"}, h.Key, "released when the runner was disabled")
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
