@@ -549,12 +549,19 @@ func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.
 	if call.Run == "" || call.Attempt == "" || call.Lease == "" {
 		return nil, nil, zero, fmt.Errorf("the request names no attempt (Jobplane-Run, Jobplane-Attempt and Jobplane-Lease are required): %w", protocol.ErrAttemptStale)
 	}
-	stale := func() error {
-		return fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
-	}
 	// One statement reads the attempt, with withRun its run, and the clock.
 	// Renewals and log chunks leave the run unlocked: they do not change it.
 	a, r, now, err := tx.AttemptForCall(ctx, call.Attempt, withRun, s.clock.NowOrNil())
+	return s.checkFound(ctx, tx, call, a, r, now, err)
+}
+
+// checkFound is checkAttemptRun's verdict on the attempt it read (a, with
+// its run r or nil, at now; err from the read).
+func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.SignedCall, a *store.Attempt, r *store.Run, now time.Time, err error) (*store.Attempt, *store.Run, time.Time, error) {
+	var zero time.Time
+	stale := func() error {
+		return fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		a, err = nil, nil
 	}
@@ -706,7 +713,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 	}
 	var resp *protocol.ResultResponse
 	err = s.commits.do(ctx, func(tx store.Tx) error {
-		a, r, now, ack, err := s.resultCheck(ctx, tx, call, in)
+		a, r, now, ack, err := s.resultCheck(ctx, tx, call, in, nil)
 		if err != nil {
 			return err
 		}
@@ -761,11 +768,27 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		// another's write, except for the run state an acknowledged
 		// repeat answers, which is set below as the items before it left
 		// the run.
+		ids := make([]string, len(calls))
+		for i, c := range calls {
+			ids[i] = c.Attempt
+		}
+		found, err := tx.AttemptsForCall(ctx, ids, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*store.CallRows, len(found))
+		for i := range found {
+			byID[found[i].Attempt.ID] = &found[i]
+		}
 		checks := make([]*checked, len(ins))
 		var keys [][]store.LeaseKey
 		for i, in := range ins {
 			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
-			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in)
+			pre := &fetched{err: store.ErrNotFound}
+			if f := byID[calls[i].Attempt]; f != nil {
+				pre = &fetched{a: f.Attempt, r: f.Run, now: f.Now}
+			}
+			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in, pre)
 			switch {
 			case isRefusal(err):
 				// The checks only read: refusing this item leaves the
@@ -888,8 +911,21 @@ func prepareResult(req *protocol.ResultRequest) (*resultInput, error) {
 
 // resultCheck locks and checks the attempt a result is for, writing
 // nothing. ack is set when the attempt already ended with this same result.
-func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
-	a, r, now, err = s.checkAttempt(ctx, tx, call)
+// fetched is an attempt a results call read, with its run, ahead of its
+// check: one statement for all its items (store.AttemptsForCall).
+type fetched struct {
+	a   *store.Attempt
+	r   *store.Run
+	now time.Time
+	err error // store.ErrNotFound: no such attempt
+}
+
+func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, pre *fetched) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
+	if pre == nil {
+		a, r, now, err = s.checkAttempt(ctx, tx, call)
+	} else {
+		a, r, now, err = s.checkFound(ctx, tx, call, pre.a, pre.r, pre.now, pre.err)
+	}
 	if errors.Is(err, errEnded) {
 		var prev resultRecord
 		if json.Unmarshal(a.Result, &prev) != nil || !prev.same(in.rec) {

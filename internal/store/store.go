@@ -280,6 +280,14 @@ type LeaseHold struct {
 	ExpiresAt    *time.Time // the holding attempt's lease expiry
 }
 
+// CallRows is one attempt AttemptsForCall read, with its run and the
+// clock at the read.
+type CallRows struct {
+	Attempt *Attempt
+	Run     *Run
+	Now     time.Time
+}
+
 // LeaseKeyState is a key's fencing counter and "once" bookkeeping.
 type LeaseKeyState struct {
 	Tenant           string
@@ -437,6 +445,10 @@ type Queries interface {
 	// nil, stands in for it) — in one statement, as every attempt-scoped call
 	// starts with these three.
 	AttemptForCall(ctx context.Context, id string, withRun bool, now *time.Time) (*Attempt, *Run, time.Time, error)
+	// AttemptsForCall is AttemptForCall with its run for several attempts
+	// in one statement, locked in ID order: the attempts found, each with
+	// its run and the clock, in ID order; missing IDs are left out.
+	AttemptsForCall(ctx context.Context, ids []string, now *time.Time) ([]CallRows, error)
 	// AttemptListByRun lists a run's attempts by number.
 	AttemptListByRun(ctx context.Context, runID string) ([]*Attempt, error)
 	// AttemptListByRuns lists the attempts of several runs, each run's by

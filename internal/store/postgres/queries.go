@@ -370,6 +370,35 @@ func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun 
 	return a, r, t.UTC(), nil
 }
 
+// AttemptsForCall locks the attempts and their runs in one statement, in
+// attempt ID order (one order for every caller that locks several).
+func (q *queries) AttemptsForCall(ctx context.Context, ids []string, now *time.Time) ([]store.CallRows, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+attemptColsQ+`, `+runColsQ+`, `+nowSQL+`
+		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = ANY($2::text[])
+		ORDER BY attempts.id FOR UPDATE`, now, ids)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.CallRows
+	for rows.Next() {
+		var c store.CallRows
+		c.Attempt, err = scanAttempt(scanFunc(func(ad ...any) error {
+			var err error
+			c.Run, err = scanRun(scanFunc(func(rd ...any) error {
+				return rows.Scan(append(append(ad, rd...), &c.Now)...)
+			}))
+			return err
+		}))
+		if err != nil {
+			return nil, err
+		}
+		c.Now = c.Now.UTC()
+		out = append(out, c)
+	}
+	return out, interpretError(rows.Err())
+}
+
 // scanFunc lets scan functions share one row: the outer one's Scan calls
 // the inner one, whose Scan reads the row into both destination lists.
 type scanFunc func(dest ...any) error

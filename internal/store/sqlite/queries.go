@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -194,6 +195,25 @@ func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun 
 		return nil, nil, time.Time{}, err
 	}
 	return a, r, t, nil
+}
+
+// AttemptsForCall reads each attempt as AttemptForCall does: in process,
+// a statement per attempt costs no round trip.
+func (q *queries) AttemptsForCall(ctx context.Context, ids []string, now *time.Time) ([]store.CallRows, error) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	var out []store.CallRows
+	for _, id := range slices.Compact(ids) {
+		a, r, t, err := q.AttemptForCall(ctx, id, true, now)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.CallRows{Attempt: a, Run: r, Now: t})
+	}
+	return out, nil
 }
 
 // scanFunc lets scan functions share one row: the outer one's Scan calls

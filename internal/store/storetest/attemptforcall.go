@@ -42,6 +42,41 @@ func testAttemptForCall(t *testing.T, s store.Store) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
+// testAttemptsForCall: several attempts with their runs in one read, in ID
+// order, each once, the missing ones left out; what AttemptForCall returns
+// for each.
+func testAttemptsForCall(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	var ids []string
+	want := map[string][2]any{}
+	for range 3 {
+		a := f.attempt(t, nil)
+		gotA, gotR, _, err := s.AttemptForCall(bg(), a.ID, true, nil)
+		require.NoError(t, err)
+		want[a.ID] = [2]any{gotA, gotR}
+		ids = append(ids, a.ID)
+	}
+	fixed := at(time.Hour)
+	var got []store.CallRows
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		var err error
+		got, err = tx.AttemptsForCall(bg(), []string{ids[2], "att_missing", ids[0], ids[1], ids[0]}, fixed)
+		return err
+	}))
+	require.Len(t, got, 3)
+	for i, c := range got {
+		if i > 0 {
+			require.Less(t, got[i-1].Attempt.ID, c.Attempt.ID, "in ID order")
+		}
+		require.Equal(t, want[c.Attempt.ID][0], c.Attempt)
+		require.Equal(t, want[c.Attempt.ID][1], c.Run)
+		require.True(t, c.Now.Equal(*fixed), "a given time stands in for the clock: %s", c.Now)
+	}
+	none, err := s.AttemptsForCall(bg(), []string{"att_missing"}, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
+
 // testListByRuns: a page's attempts and approvals in one statement each,
 // the same rows as run by run, each run's in its order.
 func testListByRuns(t *testing.T, s store.Store) {
