@@ -784,11 +784,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		var keys [][]store.LeaseKey
 		for i, in := range ins {
 			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
-			pre := &fetched{err: store.ErrNotFound}
-			if f := byID[calls[i].Attempt]; f != nil {
-				pre = &fetched{a: f.Attempt, r: f.Run, now: f.Now}
-			}
-			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in, pre)
+			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in, byID)
 			switch {
 			case isRefusal(err):
 				// The checks only read: refusing this item leaves the
@@ -911,20 +907,17 @@ func prepareResult(req *protocol.ResultRequest) (*resultInput, error) {
 
 // resultCheck locks and checks the attempt a result is for, writing
 // nothing. ack is set when the attempt already ended with this same result.
-// fetched is an attempt a results call read, with its run, ahead of its
-// check: one statement for all its items (store.AttemptsForCall).
-type fetched struct {
-	a   *store.Attempt
-	r   *store.Run
-	now time.Time
-	err error // store.ErrNotFound: no such attempt
-}
-
-func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, pre *fetched) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
-	if pre == nil {
+// found, when not nil, holds the attempts a results call read (and locked)
+// ahead, with their runs, in one statement for all its items
+// (store.AttemptsForCall); an attempt not in it does not exist.
+func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, found map[string]*store.CallRows) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
+	switch f := found[call.Attempt]; {
+	case found == nil:
 		a, r, now, err = s.checkAttempt(ctx, tx, call)
-	} else {
-		a, r, now, err = s.checkFound(ctx, tx, call, pre.a, pre.r, pre.now, pre.err)
+	case f == nil:
+		a, r, now, err = s.checkFound(ctx, tx, call, nil, nil, now, store.ErrNotFound)
+	default:
+		a, r, now, err = s.checkFound(ctx, tx, call, f.Attempt, f.Run, f.Now, nil)
 	}
 	if errors.Is(err, errEnded) {
 		var prev resultRecord
