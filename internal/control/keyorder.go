@@ -102,7 +102,12 @@ func (s *Service) lockKeysFirst(ctx context.Context, tx store.Tx, tenant string,
 		return nil
 	}
 	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	return lockKeyRows(ctx, tx, tenant, slices.Compact(keys))
+}
+
+// lockKeyRows locks the rows of keys (sorted, of one tenant) in tx, within
+// its group's order.
+func lockKeyRows(ctx context.Context, tx store.Tx, tenant string, keys []string) error {
 	if err := keysInOrder(tx, tenant, keys); err != nil {
 		return err
 	}

@@ -62,16 +62,9 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 	// and both be accepted: each locks the keys it checks first (sorted, as
 	// claims lock them), so the second sees the first's run.
 	checked := keyNames(lockedByCheck(keys))
-	if err := keysInOrder(tx, tenant, checked); err != nil {
+	if err := lockKeyRows(ctx, tx, tenant, checked); err != nil {
 		return err
 	}
-	for i, k := range checked {
-		if err := tx.LeaseKeyLock(ctx, tenant, k); err != nil {
-			keysLocked(tx, tenant, checked[:i])
-			return err
-		}
-	}
-	keysLocked(tx, tenant, checked)
 	for _, k := range keys {
 		if k.Once {
 			st, err := tx.LeaseKeyGet(ctx, tenant, k.Key)
