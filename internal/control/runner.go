@@ -278,8 +278,9 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 				return err
 			}
+			w := &runWrites{}
 			for _, c := range cs {
-				got, err := s.handOut(ctx, tx, call, c.Attempt, c.Run, tokens[c.Slot], github)
+				got, err := s.handOut(ctx, tx, w, call, c.Attempt, c.Run, tokens[c.Slot], github)
 				if errors.Is(err, errRevoked) {
 					revoked = true
 					continue
@@ -288,6 +289,9 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 					return err
 				}
 				claimed = append(claimed, *got)
+			}
+			if err := w.flush(ctx, tx); err != nil {
+				return err
 			}
 			if len(claimed) == 0 {
 				return nil
@@ -373,13 +377,13 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 	if err != nil {
 		return nil, err
 	}
-	return s.handOut(ctx, tx, call, a, r, token, github)
+	return s.handOut(ctx, tx, nil, call, a, r, token, github)
 }
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
 // runner: errRevoked when it does not (denied at dispatch, or blocked on a
 // lease key), its new state then being part of tx.
-func (s *Service) handOut(ctx context.Context, tx store.Tx, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
+func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
@@ -405,7 +409,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, call *authn.SignedCa
 		r.State = store.RunRunning
 		r.UpdatedAt = *a.ClaimedAt
 	}
-	if err := tx.RunUpdate(ctx, r); err != nil {
+	if err := w.runUpdate(ctx, tx, r); err != nil {
 		return nil, err
 	}
 	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
@@ -634,7 +638,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return appendChunk(ctx, tx, a, req.Seq, lines, now)
+		return appendChunk(ctx, tx, nil, a, req.Seq, lines, now)
 	}))
 }
 
@@ -662,13 +666,13 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 
 // appendChunk stores a checked chunk of a live attempt's output; a repeated
 // seq is ignored.
-func appendChunk(ctx context.Context, tx store.Tx, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
+func appendChunk(ctx context.Context, tx store.Tx, w *runWrites, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
 	for i := range lines {
 		if lines[i].At.IsZero() {
 			lines[i].At = now
 		}
 	}
-	if _, err := tx.LogAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
+	if err := w.logAppend(ctx, tx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
 		return err
 	}
 	return tx.WakeClaimers(ctx) // log followers wait on the same signal
@@ -688,7 +692,7 @@ func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return s.endAttempt(ctx, tx, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
+		return s.endAttempt(ctx, tx, nil, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
 	}))
 }
 
@@ -721,7 +725,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 			resp = ack
 			return nil
 		}
-		if resp, err = s.resultWrite(ctx, tx, call, in, a, r, now); err != nil {
+		if resp, err = s.resultWrite(ctx, tx, nil, call, in, a, r, now); err != nil {
 			return err
 		}
 		return failpoint.Inject("result.beforeCommit")
@@ -807,6 +811,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			return err
 		}
 		written := map[string]string{} // run ID → its state after an item's write
+		w := &runWrites{}
 		for i, c := range checks {
 			if c == nil {
 				if st, ok := written[calls[i].Run]; ok && out[i].Err == nil {
@@ -814,14 +819,14 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 				}
 				continue
 			}
-			resp, err := s.resultWrite(ctx, tx, calls[i], ins[i], c.a, c.r, c.now)
+			resp, err := s.resultWrite(ctx, tx, w, calls[i], ins[i], c.a, c.r, c.now)
 			if err != nil {
 				return err
 			}
 			out[i].RunState = resp.RunState
 			written[c.r.ID] = resp.RunState
 		}
-		return nil
+		return w.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, mapStoreErr(err)
@@ -937,15 +942,15 @@ func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.Sign
 
 // resultWrite records a checked result: its log chunk, then the attempt's
 // end.
-func (s *Service) resultWrite(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
+func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
 	if in.req.Logs != nil {
 		// Before the attempt ends: a log follower that sees the run
 		// finished has seen its last lines.
-		if err := appendChunk(ctx, tx, a, in.req.Logs.Seq, slices.Clone(in.lines), now); err != nil {
+		if err := appendChunk(ctx, tx, w, a, in.req.Logs.Seq, slices.Clone(in.lines), now); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.endAttempt(ctx, tx, r, a, in.state, in.raw, now, "runner:"+call.Runner.ID, in.req.Summary); err != nil {
+	if err := s.endAttempt(ctx, tx, w, r, a, in.state, in.raw, now, "runner:"+call.Runner.ID, in.req.Summary); err != nil {
 		return nil, err
 	}
 	return &protocol.ResultResponse{RunState: string(r.State)}, nil
@@ -954,7 +959,7 @@ func (s *Service) resultWrite(ctx context.Context, tx store.Tx, call *authn.Sign
 // endAttempt ends a live attempt and moves its run on: to its end, or to a
 // new attempt when the retry policy allows (or the attempt was given back).
 // Both rows must be locked by the caller.
-func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
+func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
 	a.State = state
 	a.EndedAt = &now
 	if result != nil {
@@ -1029,7 +1034,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, r *store.Run, a *
 		if err := tx.WakeClaimers(ctx); err != nil { // log followers learn the run ended
 			return err
 		}
-		if err := tx.AttemptRunUpdate(ctx, a, r); err != nil {
+		if err := w.attemptRunUpdate(ctx, tx, a, r); err != nil {
 			return err
 		}
 	}
@@ -1098,7 +1103,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 				return err
 			}
 			done = true
-			return s.endAttempt(ctx, tx, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
+			return s.endAttempt(ctx, tx, nil, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
 		})
 		if err != nil {
 			return n, mapStoreErr(err)

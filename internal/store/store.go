@@ -288,6 +288,12 @@ type CallRows struct {
 	Now     time.Time
 }
 
+// AttemptRun is an attempt and its run, for AttemptRunUpdates.
+type AttemptRun struct {
+	Attempt *Attempt
+	Run     *Run
+}
+
 // LeaseKeyState is a key's fencing counter and "once" bookkeeping.
 type LeaseKeyState struct {
 	Tenant           string
@@ -523,6 +529,10 @@ type Queries interface {
 
 	// LogAppend stores a chunk; it reports false when the chunk was already stored.
 	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)
+	// LogAppends is LogAppend of each chunk, in one statement where the
+	// store can; the chunks name distinct (attempt, seq). It does not say
+	// which chunks were new.
+	LogAppends(ctx context.Context, ps []*LogAppendParams) error
 	// LogList lists a run's lines with ID > After in order.
 	LogList(ctx context.Context, p *LogListParams) ([]*LogLine, error)
 
@@ -562,6 +572,12 @@ type Queries interface {
 	// statement where the store can. ErrNotFound when either row is
 	// missing; then neither is updated.
 	AttemptRunUpdate(ctx context.Context, a *Attempt, r *Run) error
+	// AttemptRunUpdates is AttemptRunUpdate of each pair, in one statement
+	// where the store can. The pairs name distinct attempts and distinct
+	// runs, whose rows the caller has locked. ErrNotFound when a row is
+	// missing; the transaction must then be rolled back, since some rows
+	// may have been updated.
+	AttemptRunUpdates(ctx context.Context, pairs []AttemptRun) error
 	// RunGetByID reads a run; forUpdate locks it.
 	RunGetByID(ctx context.Context, id string, forUpdate bool) (*Run, error)
 	// RunGetByIdempotencyKey reads the run a principal created with a key.
@@ -574,6 +590,11 @@ type Queries interface {
 	// RunUpdate writes the mutable fields of a run (State, Decision, Grants,
 	// WaitingFor, CountedAttempts, CancelRequested, UpdatedAt, FinishedAt).
 	RunUpdate(ctx context.Context, r *Run) error
+	// RunUpdates is RunUpdate of each run, in one statement where the
+	// store can. The runs are distinct and their rows locked by the
+	// caller. ErrNotFound when one is missing; the transaction must then
+	// be rolled back.
+	RunUpdates(ctx context.Context, runs []*Run) error
 
 	// RunnerCreate inserts a runner.
 	RunnerCreate(ctx context.Context, r *Runner) error

@@ -1,0 +1,162 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/store"
+)
+
+// testBatchWrites: RunUpdates, AttemptRunUpdates and LogAppends store what
+// as many RunUpdate, AttemptRunUpdate and LogAppend calls store, each row
+// its own values (NULLs included); a missing row is ErrNotFound.
+func testBatchWrites(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	const n = 4
+	change := func(i int, a *store.Attempt, r *store.Run) {
+		ended := t0.Add(time.Duration(i+1) * time.Minute)
+		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID = store.AttemptSucceeded, fmt.Sprintf("rnr_%d", i), fmt.Sprintf("d%d", i), fmt.Sprintf("req%d", i)
+		a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.EndedAt = at(time.Duration(i)*time.Second), at(time.Hour), at(2*time.Hour), &ended
+		a.Result, a.NotBefore, a.BlockedOn = json.RawMessage(fmt.Sprintf(`{"outcome":"succeeded","n":%d}`, i)), t0.Add(time.Duration(i)*time.Millisecond), ""
+		r.State, r.Decision, r.Grants = store.RunSucceeded, json.RawMessage(fmt.Sprintf(`{"dispatch":{"n":%d}}`, i)), json.RawMessage(`{"db":"ro"}`)
+		r.WaitingFor, r.CountedAttempts, r.CancelRequested, r.UpdatedAt, r.FinishedAt = fmt.Sprintf("w%d", i), i, i%2 == 1, ended, &ended
+		switch i {
+		case 1: // NULLs where the columns allow them
+			a.Result, a.ClaimedAt, a.HeartbeatAt = nil, nil, nil
+			r.Grants, r.FinishedAt = nil, nil
+		case 2:
+			a.HeartbeatAt = at(time.Minute)
+			a.BlockedOn = "k"
+		}
+	}
+	read := func(a *store.Attempt) (*store.Attempt, *store.Run) {
+		t.Helper()
+		gotA, err := s.AttemptGetByID(bg(), a.ID, false)
+		require.NoError(t, err)
+		gotR, err := s.RunGetByID(bg(), a.RunID, false)
+		require.NoError(t, err)
+		return gotA, gotR
+	}
+	// same reports whether the batch's rows hold what the single writes'
+	// rows hold, the IDs and creation aside.
+	same := func(what string, wantA *store.Attempt, wantR *store.Run, gotA *store.Attempt, gotR *store.Run) {
+		t.Helper()
+		ga, gr := *gotA, *gotR
+		ga.ID, ga.RunID, ga.CreatedAt = wantA.ID, wantA.RunID, wantA.CreatedAt
+		gr.ID, gr.CreatedAt = wantR.ID, wantR.CreatedAt
+		require.Empty(t, cmp.Diff(wantA, &ga, cmpOpts...), what+": attempt")
+		require.Empty(t, cmp.Diff(wantR, &gr, cmpOpts...), what+": run")
+	}
+
+	var single, batch []store.AttemptRun
+	for i := range n {
+		for _, l := range []*[]store.AttemptRun{&single, &batch} {
+			a := f.attempt(t, nil)
+			_, r := read(a)
+			change(i, a, r)
+			*l = append(*l, store.AttemptRun{Attempt: a, Run: r})
+		}
+	}
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		for _, p := range single {
+			if err := tx.AttemptRunUpdate(bg(), p.Attempt, p.Run); err != nil {
+				return err
+			}
+		}
+		return tx.AttemptRunUpdates(bg(), batch)
+	}))
+	for i := range n {
+		wantA, wantR := read(single[i].Attempt)
+		gotA, gotR := read(batch[i].Attempt)
+		require.Equal(t, batch[i].Run.ID, gotR.ID)
+		same(fmt.Sprintf("AttemptRunUpdates item %d", i), wantA, wantR, gotA, gotR)
+	}
+
+	// RunUpdates: the same, runs alone; a zero UpdatedAt takes the clock.
+	single, batch = single[:0], batch[:0]
+	for i := range n {
+		for _, l := range []*[]store.AttemptRun{&single, &batch} {
+			a := f.attempt(t, nil)
+			_, r := read(a)
+			change(i, &store.Attempt{}, r)
+			r.State = store.RunRunning
+			*l = append(*l, store.AttemptRun{Attempt: a, Run: r})
+		}
+	}
+	batch[3].Run.UpdatedAt = time.Time{}
+	runs := make([]*store.Run, n)
+	for i := range batch {
+		runs[i] = batch[i].Run
+	}
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		for _, p := range single[:3] {
+			if err := tx.RunUpdate(bg(), p.Run); err != nil {
+				return err
+			}
+		}
+		return tx.RunUpdates(bg(), runs)
+	}))
+	for i := range 3 {
+		wantA, wantR := read(single[i].Attempt)
+		gotA, gotR := read(batch[i].Attempt)
+		same(fmt.Sprintf("RunUpdates item %d", i), wantA, wantR, gotA, gotR)
+	}
+	_, clocked := read(batch[3].Attempt)
+	require.Equal(t, store.RunRunning, clocked.State)
+	require.True(t, clocked.UpdatedAt.After(t0), "a zero UpdatedAt is the database's clock: %s", clocked.UpdatedAt)
+
+	// A missing row fails the batch (and the caller's transaction).
+	ghost := *batch[0].Run
+	ghost.ID = id.New(id.Run, t0)
+	err := s.InTx(bg(), func(tx store.Tx) error { return tx.RunUpdates(bg(), []*store.Run{batch[1].Run, &ghost}) })
+	require.ErrorIs(t, err, store.ErrNotFound)
+	ghostA := *batch[2].Attempt
+	ghostA.ID = id.New(id.Attempt, t0)
+	err = s.InTx(bg(), func(tx store.Tx) error {
+		return tx.AttemptRunUpdates(bg(), []store.AttemptRun{batch[1], {Attempt: &ghostA, Run: batch[2].Run}})
+	})
+	require.ErrorIs(t, err, store.ErrNotFound, "a missing attempt")
+	err = s.InTx(bg(), func(tx store.Tx) error {
+		return tx.AttemptRunUpdates(bg(), []store.AttemptRun{{Attempt: batch[2].Attempt, Run: &ghost}, batch[1]})
+	})
+	require.ErrorIs(t, err, store.ErrNotFound, "a missing run")
+
+	// LogAppends: chunks of several attempts, in order; a chunk stored
+	// before, or without lines, adds nothing.
+	la, lb := batch[0].Attempt, batch[1].Attempt
+	line := func(text string, d time.Duration) store.LogLine {
+		return store.LogLine{At: t0.Add(d), Stream: "stdout", Text: text}
+	}
+	_, err = s.LogAppend(bg(), &store.LogAppendParams{RunID: la.RunID, AttemptID: la.ID, Seq: 0, Lines: []store.LogLine{line("a0", 0)}})
+	require.NoError(t, err)
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		return tx.LogAppends(bg(), []*store.LogAppendParams{
+			{RunID: la.RunID, AttemptID: la.ID, Seq: 0, Lines: []store.LogLine{line("again", 0), line("and more", 0)}},
+			{RunID: la.RunID, AttemptID: la.ID, Seq: 1, Lines: []store.LogLine{line("a1", time.Second), {Stream: "stderr", Text: "a1b"}}},
+			{RunID: lb.RunID, AttemptID: lb.ID, Seq: 0, Lines: []store.LogLine{line("b0", 2*time.Second)}},
+			{RunID: lb.RunID, AttemptID: lb.ID, Seq: 1},
+		})
+	}))
+	texts := func(runID string) []string {
+		t.Helper()
+		lines, err := s.LogList(bg(), &store.LogListParams{RunID: runID, Limit: 100})
+		require.NoError(t, err)
+		var out []string
+		for _, l := range lines {
+			out = append(out, fmt.Sprintf("%d/%d %s %s", l.Seq, l.Idx, l.Stream, l.Text))
+			require.False(t, l.At.IsZero())
+		}
+		return out
+	}
+	require.Equal(t, []string{"0/0 stdout a0", "1/0 stdout a1", "1/1 stderr a1b"}, texts(la.RunID))
+	require.Equal(t, []string{"0/0 stdout b0"}, texts(lb.RunID))
+	_, err = s.LogAppend(bg(), &store.LogAppendParams{RunID: lb.RunID, AttemptID: lb.ID, Seq: 1, Lines: []store.LogLine{line("b1", 0)}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"0/0 stdout b0", "1/0 stdout b1"}, texts(lb.RunID), "a chunk without lines stores nothing, not even its seq")
+}
