@@ -85,12 +85,13 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		if err := s.lockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
 			return err
 		}
+		w := &runWrites{}
 		for i, p := range prepared {
 			if p == nil {
 				continue
 			}
 			out[i].Err = nil
-			err := s.writeRun(ctx, tx, p)
+			err := s.writeRun(ctx, tx, w, p)
 			switch {
 			case isRefusal(err):
 				// writeRun refuses only after reads: the transaction is
@@ -100,7 +101,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 				return err
 			}
 		}
-		return nil
+		return w.flush(ctx, tx)
 	})
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, err

@@ -65,7 +65,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if v != nil || err != nil {
 		return v, false, err
 	}
-	err = s.commits.do(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, p) })
+	err = s.commits.do(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, nil, p) })
 	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
 		// A concurrent request with the same key won the insert.
 		v, err := s.byIdempotencyKey(ctx, actor, req)
@@ -242,7 +242,7 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 // queued, its audit event. A refusal (a held reject key, a consumed once
 // key) comes from reads before any write, so a batch can refuse one run
 // and go on with the others in the same transaction.
-func (s *Service) writeRun(ctx context.Context, tx store.Tx, p *preparedRun) error {
+func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *preparedRun) error {
 	run, decision := p.run, p.decision
 	p.att = nil
 	// A zero time lets the insert read the database clock, which a
@@ -266,7 +266,15 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, p *preparedRun) err
 		// run's time (a round trip less on PostgreSQL).
 		att := newAttempt(run, p.spec, 1, t, t)
 		att.ID = p.attID
-		if err := tx.RunCreateQueued(ctx, run, att); err != nil {
+		create := tx.RunCreateQueued
+		if len(p.keys) == 0 && p.github == nil {
+			// Nothing later in the transaction reads the run: no key
+			// check looks for it, no Check Run row refers to it.
+			create = func(ctx context.Context, r *store.Run, a *store.Attempt) error {
+				return w.runCreateQueued(ctx, tx, r, a)
+			}
+		}
+		if err := create(ctx, run, att); err != nil {
 			return err
 		}
 		p.att = att

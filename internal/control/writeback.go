@@ -19,9 +19,20 @@ import (
 // It must be made inside the transaction's body, so that a body run again
 // (a retry, a group split) starts with none held.
 type runWrites struct {
+	added []store.AttemptRun // queued runs with their first attempts
 	runs  []*store.Run
 	pairs []store.AttemptRun
 	logs  []*store.LogAppendParams
+}
+
+// runCreateQueued is tx.RunCreateQueued, held back. ErrAlreadyExists
+// (a taken idempotency key) then comes from flush.
+func (w *runWrites) runCreateQueued(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) error {
+	if w == nil {
+		return tx.RunCreateQueued(ctx, r, a)
+	}
+	w.added = append(w.added, store.AttemptRun{Attempt: a, Run: r})
+	return nil
 }
 
 // runUpdate is tx.RunUpdate, held back.
@@ -96,11 +107,17 @@ func (w *runWrites) holdsAttempt(id string) bool {
 	return false
 }
 
-// flush writes what is held back: the log chunks first, as a single
-// result writes its chunk before it ends the attempt.
+// flush writes what is held back: new runs first, then the log chunks,
+// as a single result writes its chunk before it ends the attempt.
 func (w *runWrites) flush(ctx context.Context, tx store.Tx) error {
 	if w == nil {
 		return nil
+	}
+	if len(w.added) > 0 {
+		if err := tx.RunsCreateQueued(ctx, w.added); err != nil {
+			return err
+		}
+		w.added = w.added[:0]
 	}
 	if len(w.logs) > 0 {
 		if err := tx.LogAppends(ctx, w.logs); err != nil {

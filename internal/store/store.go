@@ -568,6 +568,11 @@ type Queries interface {
 	// run's insert finds its idempotency key taken (ErrAlreadyExists), the
 	// attempt is not inserted either.
 	RunCreateQueued(ctx context.Context, r *Run, a *Attempt) error
+	// RunsCreateQueued is RunCreateQueued of each pair (a run and its first
+	// attempt), in one statement where the store can. ErrAlreadyExists
+	// when a run's idempotency key is taken; the transaction must then be
+	// rolled back, since other runs may have been inserted.
+	RunsCreateQueued(ctx context.Context, pairs []AttemptRun) error
 	// AttemptRunUpdate is AttemptUpdate of a then RunUpdate of r, in one
 	// statement where the store can. ErrNotFound when either row is
 	// missing; then neither is updated.

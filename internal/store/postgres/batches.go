@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -185,4 +186,138 @@ func (q *queries) LogAppends(ctx context.Context, ps []*store.LogAppendParams) e
 		ORDER BY u.ord
 		ON CONFLICT DO NOTHING`, runs, attempts, seqs, idxs, ats, streams, texts)
 	return interpretError(err)
+}
+
+// RunsCreateQueued inserts every run and its first attempt with one
+// statement: the attempts' insert joins the runs' RETURNING, so an
+// attempt is inserted only when its run was, at its run's time.
+func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun) error {
+	switch len(pairs) {
+	case 0:
+		return nil
+	case 1:
+		return q.RunCreateQueued(ctx, pairs[0].Run, pairs[0].Attempt)
+	}
+	n := len(pairs)
+	var (
+		rID, rTenant, rJob, rChannel, rRef, rCommit = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		rActor, rReason, rKey, rState, rWaiting     = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		rParams, rSource, rDecision, rGrants        = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		rLeaseKeys, rSpec                           = make([]*string, n), make([]*string, n)
+		rMax, rCounted                              = make([]int64, n), make([]int64, n)
+		rCancel                                     = make([]bool, n)
+		rCreated, rUpdated, rFinished               = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+
+		aID, aTenant, aState, aPool, aLabels, aRunner = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		aDigest, aRequest, aBlocked, aRepo            = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		aNumber, aTTL, aTimeout                       = make([]int64, n), make([]int64, n), make([]int64, n)
+		aNotBefore, aClaimed, aExpires, aDeadline     = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+		aHeartbeat, aEnded, aCreated                  = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+		aResult                                       = make([]*string, n)
+		aManaged                                      = make([]bool, n)
+	)
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	for i, p := range pairs {
+		r, a := p.Run, p.Attempt
+		if r.ID == "" {
+			r.ID = newID(id.Run)
+		}
+		if a.ID == "" {
+			a.ID = newID(id.Attempt)
+		}
+		if a.State == "" {
+			a.State = store.AttemptQueued
+		}
+		a.RunID = r.ID
+		rID[i], rTenant[i], rJob[i], rChannel[i], rRef[i], rCommit[i] = r.ID, r.Tenant, r.Job, r.Channel, r.Ref, r.Commit
+		rActor[i], rReason[i], rKey[i], rState[i], rWaiting[i] = r.Actor, r.Reason, r.IdempotencyKey, string(r.State), r.WaitingFor
+		rParams[i], rSource[i], rDecision[i], rGrants[i] = jsonText(r.Params), jsonText(r.Source), jsonText(r.Decision), jsonText(r.Grants)
+		rLeaseKeys[i], rSpec[i] = jsonText(r.LeaseKeys), jsonText(r.Spec)
+		rMax[i], rCounted[i], rCancel[i] = int64(r.MaxAttempts), int64(r.CountedAttempts), r.CancelRequested
+		rCreated[i], rUpdated[i], rFinished[i] = opt(r.CreatedAt), opt(r.UpdatedAt), r.FinishedAt
+
+		labels, err := json.Marshal(listArg(a.Labels))
+		if err != nil {
+			return err
+		}
+		aID[i], aTenant[i], aState[i], aPool[i], aLabels[i], aRunner[i] = a.ID, a.Tenant, string(a.State), a.Pool, string(labels), a.RunnerID
+		aDigest[i], aRequest[i], aBlocked[i], aRepo[i] = a.LeaseDigest, a.ClaimRequestID, a.BlockedOn, a.Repo
+		aNumber[i], aTTL[i], aTimeout[i] = int64(a.Number), a.LeaseTTL.Microseconds(), a.Timeout.Microseconds()
+		aNotBefore[i], aClaimed[i], aExpires[i], aDeadline[i] = opt(a.NotBefore), a.ClaimedAt, a.LeaseExpiresAt, a.Deadline
+		aHeartbeat[i], aEnded[i], aCreated[i] = a.HeartbeatAt, a.EndedAt, opt(a.CreatedAt)
+		aResult[i], aManaged[i] = jsonText(a.Result), a.ManagedOnly
+	}
+	rows, err := q.db.Query(ctx, `WITH n AS (SELECT clock_timestamp() AS now),
+		v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
+			$16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::boolean[], $21::timestamptz[],
+			$22::timestamptz[], $23::timestamptz[])
+			WITH ORDINALITY AS v(id, tenant, job, channel, ref, commit_sha, params, actor, reason, source,
+			idempotency_key, state, decision, grants, lease_keys, waiting_for, spec, max_attempts, counted_attempts,
+			cancel_requested, created_at, updated_at, finished_at, ord)),
+		r AS (
+		INSERT INTO runs (`+runCols+`)
+		SELECT v.id, v.tenant, v.job, v.channel, v.ref, v.commit_sha, v.params::jsonb, v.actor, v.reason,
+			v.source::jsonb, v.idempotency_key, v.state, v.decision::jsonb, v.grants::jsonb, v.lease_keys::jsonb,
+			v.waiting_for, v.spec::jsonb, v.max_attempts, v.counted_attempts, v.cancel_requested,
+			coalesce(v.created_at, n.now), coalesce(v.updated_at, v.created_at, n.now), v.finished_at
+		FROM v, n ORDER BY v.ord
+		ON CONFLICT DO NOTHING RETURNING id, created_at, updated_at),
+		w AS (SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::bigint[], $28::text[], $29::text[],
+			$30::text[], $31::bigint[], $32::bigint[], $33::timestamptz[], $34::text[], $35::text[], $36::text[],
+			$37::timestamptz[], $38::timestamptz[], $39::timestamptz[], $40::timestamptz[], $41::timestamptz[],
+			$42::text[], $43::timestamptz[], $44::text[], $45::text[], $46::boolean[])
+			WITH ORDINALITY AS w(id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
+			runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at,
+			ended_at, result, created_at, blocked_on, repo, managed_only, ord)),
+		a AS (
+		INSERT INTO attempts (`+attemptCols+`)
+		SELECT w.id, w.run_id, w.tenant, w.number, w.state, w.pool,
+			ARRAY(SELECT jsonb_array_elements_text(w.labels::jsonb)), w.lease_ttl_us, w.timeout_us,
+			coalesce(w.not_before, r.created_at), w.runner_id, w.lease_digest, w.claim_request_id, w.claimed_at,
+			w.lease_expires_at, w.deadline, w.heartbeat_at, w.ended_at, w.result::jsonb,
+			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
+		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
+		ON CONFLICT DO NOTHING RETURNING run_id, created_at, not_before)
+		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`,
+		rID, rTenant, rJob, rChannel, rRef, rCommit, rParams, rActor, rReason, rSource, rKey, rState, rDecision,
+		rGrants, rLeaseKeys, rWaiting, rSpec, rMax, rCounted, rCancel, rCreated, rUpdated, rFinished,
+		aID, rID, aTenant, aNumber, aState, aPool, aLabels, aTTL, aTimeout, aNotBefore, aRunner, aDigest, aRequest,
+		aClaimed, aExpires, aDeadline, aHeartbeat, aEnded, aResult, aCreated, aBlocked, aRepo, aManaged)
+	if err != nil {
+		return interpretError(err)
+	}
+	byID := make(map[string]store.AttemptRun, n)
+	for _, p := range pairs {
+		byID[p.Run.ID] = p
+	}
+	got := 0
+	for rows.Next() {
+		var runID string
+		var rc, ru, ac, anb time.Time
+		if err := rows.Scan(&runID, &rc, &ru, &ac, &anb); err != nil {
+			rows.Close()
+			return interpretError(err)
+		}
+		p, ok := byID[runID]
+		if !ok {
+			continue
+		}
+		p.Run.CreatedAt, p.Run.UpdatedAt, p.Attempt.CreatedAt, p.Attempt.NotBefore = rc.UTC(), ru.UTC(), ac.UTC(), anb.UTC()
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if got != n {
+		// A run's idempotency key (or its ID) was taken, as RunCreateQueued
+		// reports it: the caller's transaction is to be rolled back.
+		return store.ErrAlreadyExists
+	}
+	return nil
 }

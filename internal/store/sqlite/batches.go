@@ -38,3 +38,13 @@ func (q *queries) LogAppends(ctx context.Context, ps []*store.LogAppendParams) e
 	}
 	return nil
 }
+
+// RunsCreateQueued is RunCreateQueued of each pair.
+func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun) error {
+	for _, p := range pairs {
+		if err := q.RunCreateQueued(ctx, p.Run, p.Attempt); err != nil {
+			return err
+		}
+	}
+	return nil
+}

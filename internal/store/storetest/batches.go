@@ -160,3 +160,88 @@ func testBatchWrites(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"0/0 stdout b0", "1/0 stdout b1"}, texts(lb.RunID), "a chunk without lines stores nothing, not even its seq")
 }
+
+// testRunsCreateQueued: runs and first attempts inserted in one batch read
+// back as RunCreateQueued's would, each with its own values (an attempt
+// at its run's time when it names none, labels of any length); a taken
+// idempotency key fails the batch.
+func testRunsCreateQueued(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	newPair := func(i int, key string) store.AttemptRun {
+		f.n++
+		now := t0.Add(time.Duration(f.n) * time.Millisecond)
+		r := &store.Run{
+			ID: id.New(id.Run, now), Tenant: f.tenant, Job: fmt.Sprintf("job%d", i), Channel: "prod", Ref: "main", Commit: "abc123",
+			Params: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), Actor: "alice", Reason: fmt.Sprintf("why %d", i),
+			Source: json.RawMessage(`{"kind":"api"}`), IdempotencyKey: key, State: store.RunQueued, MaxAttempts: 3,
+			Spec: json.RawMessage(`{"pool":"default"}`), Decision: json.RawMessage(`{"request":{"allowed":true}}`),
+			LeaseKeys: json.RawMessage(`[]`),
+		}
+		a := &store.Attempt{ID: id.New(id.Attempt, now), RunID: r.ID, Tenant: f.tenant, Number: 1, State: store.AttemptQueued,
+			Pool: "default", LeaseTTL: time.Duration(i+1) * time.Second, Timeout: time.Hour, Repo: "acme/defs"}
+		switch i {
+		case 1:
+			a.Labels = []string{"linux", "x86, \"quoted\"", "{braces}"}
+			r.Grants, r.LeaseKeys = json.RawMessage(`{"db":"ro"}`), nil
+		case 2: // a fixed clock
+			r.CreatedAt, r.UpdatedAt, a.CreatedAt, a.NotBefore = t0.Add(time.Minute), t0.Add(time.Minute), t0.Add(time.Minute), t0.Add(2*time.Minute)
+			a.Labels, a.ManagedOnly, a.BlockedOn = []string{}, true, "k"
+		}
+		return store.AttemptRun{Attempt: a, Run: r}
+	}
+	var single, batch []store.AttemptRun
+	for i := range 4 {
+		single = append(single, newPair(i, ""))
+		batch = append(batch, newPair(i, fmt.Sprintf("key%d", i)))
+	}
+	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+		for _, p := range single {
+			if err := tx.RunCreateQueued(bg(), p.Run, p.Attempt); err != nil {
+				return err
+			}
+		}
+		return tx.RunsCreateQueued(bg(), batch)
+	}))
+	for i := range batch {
+		p, q := single[i], batch[i]
+		require.False(t, q.Run.CreatedAt.IsZero())
+		require.Equal(t, q.Run.CreatedAt, q.Attempt.CreatedAt, "item %d: the attempt at its run's time", i)
+		if i == 2 {
+			require.True(t, q.Run.CreatedAt.Equal(t0.Add(time.Minute)))
+			require.True(t, q.Attempt.NotBefore.Equal(t0.Add(2*time.Minute)))
+		} else {
+			require.Equal(t, q.Run.CreatedAt, q.Attempt.NotBefore)
+		}
+		wantR, err := s.RunGetByID(bg(), p.Run.ID, false)
+		require.NoError(t, err)
+		gotR, err := s.RunGetByID(bg(), q.Run.ID, false)
+		require.NoError(t, err)
+		wantA, err := s.AttemptGetByID(bg(), p.Attempt.ID, false)
+		require.NoError(t, err)
+		gotA, err := s.AttemptGetByID(bg(), q.Attempt.ID, false)
+		require.NoError(t, err)
+		require.Empty(t, cmp.Diff(q.Attempt, gotA, cmpOpts...), "item %d: the attempt as returned", i)
+		require.Equal(t, q.Run.CreatedAt, gotR.CreatedAt)
+		require.Equal(t, q.Run.UpdatedAt, gotR.UpdatedAt)
+		gotR.ID, gotR.IdempotencyKey, gotA.ID, gotA.RunID = wantR.ID, wantR.IdempotencyKey, wantA.ID, wantA.RunID
+		if i != 2 { // the database's clock: each row its own moment
+			gotR.CreatedAt, gotR.UpdatedAt, gotA.CreatedAt, gotA.NotBefore = wantR.CreatedAt, wantR.UpdatedAt, wantA.CreatedAt, wantA.NotBefore
+		}
+		require.Empty(t, cmp.Diff(wantR, gotR, cmpOpts...), "item %d: run", i)
+		require.Empty(t, cmp.Diff(wantA, gotA, cmpOpts...), "item %d: attempt", i)
+	}
+
+	// A taken idempotency key, before or within the batch: the batch
+	// fails and its transaction stores none of its rows.
+	for _, keys := range [][2]string{{"key1", "fresh1"}, {"fresh2", "fresh2"}} {
+		again := []store.AttemptRun{newPair(0, keys[0]), newPair(1, keys[1]), newPair(3, "other"+keys[1])}
+		err := s.InTx(bg(), func(tx store.Tx) error { return tx.RunsCreateQueued(bg(), again) })
+		require.ErrorIs(t, err, store.ErrAlreadyExists, "keys %v", keys)
+		for _, p := range again {
+			_, err := s.RunGetByID(bg(), p.Run.ID, false)
+			require.ErrorIs(t, err, store.ErrNotFound)
+			_, err = s.AttemptGetByID(bg(), p.Attempt.ID, false)
+			require.ErrorIs(t, err, store.ErrNotFound)
+		}
+	}
+}
