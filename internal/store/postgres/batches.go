@@ -92,7 +92,7 @@ func (q *queries) RunUpdates(ctx context.Context, runs []*store.Run) error {
 	for _, r := range runs {
 		x.add(r)
 	}
-	tag, err := q.db.Exec(ctx, runsSetSQL+` FROM `+runsFromSQL(1)+` WHERE runs.id = u.rid`, x.args()...)
+	tag, err := q.db.Exec(ctx, generic(runsSetSQL+` FROM `+runsFromSQL(1)+` WHERE runs.id = u.rid`), x.args()...)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -130,7 +130,7 @@ func (q *queries) AttemptRunUpdates(ctx context.Context, pairs []store.AttemptRu
 	args := append(x.args(), ids, states, runners, digests, requests, claimed, expires, deadlines, heartbeats, ended,
 		results, notBefore, blocked)
 	var na, nr int64
-	err := q.db.QueryRow(ctx, `WITH a AS (
+	err := q.db.QueryRow(ctx, generic(`WITH a AS (
 		UPDATE attempts SET state = v.state, runner_id = v.runner_id, lease_digest = v.lease_digest,
 			claim_request_id = v.claim_request_id, claimed_at = v.claimed_at, lease_expires_at = v.lease_expires_at,
 			deadline = v.deadline, heartbeat_at = v.heartbeat_at, ended_at = v.ended_at, result = v.result::jsonb,
@@ -142,7 +142,7 @@ func (q *queries) AttemptRunUpdates(ctx context.Context, pairs []store.AttemptRu
 			heartbeat_at, ended_at, result, not_before, blocked_on)
 		WHERE attempts.id = v.id RETURNING 1),
 		r AS (`+runsSetSQL+` FROM `+runsFromSQL(1)+` WHERE runs.id = u.rid RETURNING 1)
-		SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM r)`, args...).Scan(&na, &nr)
+		SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM r)`), args...).Scan(&na, &nr)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -178,13 +178,13 @@ func (q *queries) LogAppends(ctx context.Context, ps []*store.LogAppendParams) e
 	if len(runs) == 0 {
 		return nil // chunks without lines store nothing
 	}
-	_, err := q.db.Exec(ctx, `INSERT INTO log_lines (run_id, attempt_id, seq, idx, at, stream, text)
+	_, err := q.db.Exec(ctx, generic(`INSERT INTO log_lines (run_id, attempt_id, seq, idx, at, stream, text)
 		SELECT u.run_id, u.attempt_id, u.seq, u.idx, coalesce(u.at, clock_timestamp()), u.stream, u.text
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::timestamptz[], $6::text[], $7::text[])
 			WITH ORDINALITY AS u(run_id, attempt_id, seq, idx, at, stream, text, ord)
 		WHERE NOT EXISTS (SELECT 1 FROM log_lines l WHERE l.attempt_id = u.attempt_id AND l.seq = u.seq)
 		ORDER BY u.ord
-		ON CONFLICT DO NOTHING`, runs, attempts, seqs, idxs, ats, streams, texts)
+		ON CONFLICT DO NOTHING`), runs, attempts, seqs, idxs, ats, streams, texts)
 	return interpretError(err)
 }
 
@@ -252,7 +252,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 		aHeartbeat[i], aEnded[i], aCreated[i] = a.HeartbeatAt, a.EndedAt, opt(a.CreatedAt)
 		aResult[i], aManaged[i] = jsonText(a.Result), a.ManagedOnly
 	}
-	rows, err := q.db.Query(ctx, `WITH n AS (SELECT clock_timestamp() AS now),
+	rows, err := q.db.Query(ctx, generic(`WITH n AS (SELECT clock_timestamp() AS now),
 		v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
 			$16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::boolean[], $21::timestamptz[],
@@ -284,7 +284,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
 		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
 		ON CONFLICT DO NOTHING RETURNING run_id, created_at, not_before)
-		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`,
+		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`),
 		rID, rTenant, rJob, rChannel, rRef, rCommit, rParams, rActor, rReason, rSource, rKey, rState, rDecision,
 		rGrants, rLeaseKeys, rWaiting, rSpec, rMax, rCounted, rCancel, rCreated, rUpdated, rFinished,
 		aID, rID, aTenant, aNumber, aState, aPool, aLabels, aTTL, aTimeout, aNotBefore, aRunner, aDigest, aRequest,

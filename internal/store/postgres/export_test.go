@@ -60,3 +60,24 @@ func TxStringsEach(ctx context.Context, s *Store, sql string, ctxs ...context.Co
 
 // RunnerCached reports whether the store serves the runner from its cache.
 func RunnerCached(s *Store, id string) bool { return s.CachedReads.Runners.Has(id) }
+
+// Generic marks sql to run with a generic plan.
+func Generic(sql string) string { return generic(sql) }
+
+// TxStringsSeq runs the statements one after the other in a transaction
+// begun as InTx begins them, each with ctx, and returns the first column
+// of each one's rows.
+func TxStringsSeq(ctx context.Context, s *Store, sqls ...string) (out [][]string, err error) {
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		out = nil
+		for _, sql := range sqls {
+			got, err := firstColumn(ctx, tx.(*queries).db, sql)
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
+		return nil
+	})
+	return out, err
+}

@@ -371,11 +371,12 @@ func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun 
 }
 
 // AttemptsForCall locks the attempts and their runs in one statement, in
-// attempt ID order (one order for every caller that locks several).
+// attempt ID order (one order for every caller that locks several). Its
+// plan is generic: by primary key, whatever the IDs.
 func (q *queries) AttemptsForCall(ctx context.Context, ids []string, now *time.Time) ([]store.CallRows, error) {
-	rows, err := q.db.Query(ctx, `SELECT `+attemptColsQ+`, `+runColsQ+`, `+nowSQL+`
+	rows, err := q.db.Query(ctx, generic(`SELECT `+attemptColsQ+`, `+runColsQ+`, `+nowSQL+`
 		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = ANY($2::text[])
-		ORDER BY attempts.id FOR UPDATE`, now, ids)
+		ORDER BY attempts.id FOR UPDATE`), now, ids)
 	if err != nil {
 		return nil, interpretError(err)
 	}
