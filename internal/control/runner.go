@@ -497,7 +497,7 @@ func (s *Service) reclaimIn(ctx context.Context, tx store.Tx, call *authn.Signed
 }
 
 func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*protocol.Assignment, error) {
-	spec, err := runSpec(r)
+	spec, err := s.specs.get(r)
 	if err != nil {
 		return nil, fmt.Errorf("decode pinned spec of run %s: %w", r.ID, err)
 	}

@@ -136,19 +136,21 @@ type Service struct {
 	runnerLists runnerLists
 	// actorKinds caches principals' kinds for the re-check at dispatch.
 	actorKinds actorKinds
-	clock      clock.Clock
-	defs       Definitions
-	log        *slog.Logger
-	apiURL     string
-	batch      int
-	appTTL     time.Duration
-	creds      *Credentials
-	broker     *connector.Broker
-	art        ArtifactConfig
-	obs        Observer
-	gh         *GitHubRuns
-	commits    *committer
-	lines      claimLines
+	// specs caches the pinned specs claim answers are made of.
+	specs   specCache
+	clock   clock.Clock
+	defs    Definitions
+	log     *slog.Logger
+	apiURL  string
+	batch   int
+	appTTL  time.Duration
+	creds   *Credentials
+	broker  *connector.Broker
+	art     ArtifactConfig
+	obs     Observer
+	gh      *GitHubRuns
+	commits *committer
+	lines   claimLines
 }
 
 // New returns a Service.
