@@ -110,3 +110,23 @@ func FuzzParseCheckpoint(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDetailsCanonical: the in-place canonical form of details is, byte
+// for byte, the one decoding them gives (the encoding every chain so far
+// was linked with), for any input, JSON or not.
+func FuzzDetailsCanonical(f *testing.F) {
+	for _, s := range []string{
+		`{"z": [1, 2.50, "x\u0001"], "a": {"é": true, "b": null}, "q": "\"<&>\\"}`,
+		`{"a":1,"a":2,"\u0061":3}`, `[]`, `{}`, ` [ 1e5 , -0.0, 1E+2 ] `, `"\ud83d\ude00 \udc00"`,
+		"\"\xff\xfe\"", `{"b":{"d":[{"c":1,"a":[]}]},"a":"x"}`, `nul`, `{"a":1} x`, `{"a":1} }`, `1 2`,
+		`{"k":"\u2028\/"}`, `  `, `true`, `{"":0," ":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		fast, decoded := audit.DetailsPaths(raw)
+		if fast != decoded {
+			t.Fatalf("details %q:\nin place %s\ndecoded  %s", raw, fast, decoded)
+		}
+	})
+}
