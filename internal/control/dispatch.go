@@ -21,8 +21,8 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 	if s.defs == nil {
 		return true, nil
 	}
-	var rec decisionRecord
-	if err := json.Unmarshal(r.Decision, &rec); err != nil {
+	reqRaw, request, err := readRecord(r.Decision)
+	if err != nil {
 		return false, fmt.Errorf("decode decision of run %s: %w", r.ID, err)
 	}
 	now := *a.ClaimedAt
@@ -58,15 +58,14 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 			}
 		}
 	}
-	rec.Dispatch = &dispatch
 	s.observeDecision("dispatch", dispatch)
-	raw, err := json.Marshal(rec)
+	raw, err := recordWith(reqRaw, dispatch)
 	if err != nil {
 		return false, err
 	}
 	r.Decision = raw
 	if dispatch.Allowed {
-		g := narrowGrants(rec.Request.Grants, dispatch.Grants)
+		g := narrowGrants(request.Grants, dispatch.Grants)
 		if r.Grants, err = json.Marshal(g); err != nil {
 			return false, err
 		}
@@ -83,8 +82,51 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 	}
 	s.log.InfoContext(ctx, "control: run denied at dispatch", "run_id", r.ID, "attempt_id", a.ID, "explanation", dispatch.Explanation)
 	return false, s.audit(ctx, tx, r.Tenant, "system:dispatch", "run.denied", r.ID, map[string]any{
-		"attempt": a.ID, "stage": "dispatch", "request_decision": rec.Request.Explanation, "dispatch_decision": dispatch.Explanation,
+		"attempt": a.ID, "stage": "dispatch", "request_decision": request.Explanation, "dispatch_decision": dispatch.Explanation,
 	})
+}
+
+// requestPart is what the re-check at dispatch reads of the request's
+// decision.
+type requestPart struct {
+	Grants      map[string]string `json:"grants"`
+	Explanation string            `json:"explanation"`
+}
+
+// readRecord reads a run's decision record for the re-check at dispatch:
+// the request's decision as stored, and the part of it the re-check uses.
+// The record is not decoded whole: recordWith splices the request's
+// decision back as it is (every claimed attempt is re-checked).
+func readRecord(stored json.RawMessage) (json.RawMessage, requestPart, error) {
+	var rec struct {
+		Request json.RawMessage `json:"request"`
+	}
+	var part requestPart
+	if err := json.Unmarshal(stored, &rec); err != nil {
+		return nil, part, err
+	}
+	if len(rec.Request) == 0 || string(rec.Request) == "null" {
+		raw, err := json.Marshal(Decision{})
+		return raw, part, err
+	}
+	err := json.Unmarshal(rec.Request, &part)
+	return rec.Request, part, err
+}
+
+// recordWith is the decision record of request (as readRecord returned it)
+// and dispatch: what encoding decisionRecord{request, &dispatch} gives, up
+// to the request's spacing and key order.
+func recordWith(request json.RawMessage, dispatch Decision) (json.RawMessage, error) {
+	d, err := json.Marshal(dispatch)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 0, len(request)+len(d)+len(`{"request":,"dispatch":}`))
+	raw = append(raw, `{"request":`...)
+	raw = append(raw, request...)
+	raw = append(raw, `,"dispatch":`...)
+	raw = append(raw, d...)
+	return append(raw, '}'), nil
 }
 
 // narrowGrants keeps each connector at the lower of the two levels. A
