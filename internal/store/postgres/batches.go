@@ -252,6 +252,19 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 		aHeartbeat[i], aEnded[i], aCreated[i] = a.HeartbeatAt, a.EndedAt, opt(a.CreatedAt)
 		aResult[i], aManaged[i] = jsonText(a.Result), a.ManagedOnly
 	}
+	// A run with an idempotency key may find it taken, by a transaction
+	// committed or in flight: its insert then does nothing, which the
+	// count below reports. Without keys nothing can conflict but a
+	// generated ID, and the insert is a plain one: ON CONFLICT makes every
+	// row a speculative insertion that first probes each unique index.
+	// The attempts are new rows of runs just inserted: none can conflict.
+	onConflict := ""
+	for _, p := range pairs {
+		if p.Run.IdempotencyKey != "" {
+			onConflict = "ON CONFLICT DO NOTHING"
+			break
+		}
+	}
 	rows, err := q.db.Query(ctx, generic(`WITH n AS (SELECT clock_timestamp() AS now),
 		v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
@@ -267,7 +280,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 			v.waiting_for, v.spec::jsonb, v.max_attempts, v.counted_attempts, v.cancel_requested,
 			coalesce(v.created_at, n.now), coalesce(v.updated_at, v.created_at, n.now), v.finished_at
 		FROM v, n ORDER BY v.ord
-		ON CONFLICT DO NOTHING RETURNING id, created_at, updated_at),
+		`+onConflict+` RETURNING id, created_at, updated_at),
 		w AS (SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::bigint[], $28::text[], $29::text[],
 			$30::text[], $31::bigint[], $32::bigint[], $33::timestamptz[], $34::text[], $35::text[], $36::text[],
 			$37::timestamptz[], $38::timestamptz[], $39::timestamptz[], $40::timestamptz[], $41::timestamptz[],
@@ -283,7 +296,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 			w.lease_expires_at, w.deadline, w.heartbeat_at, w.ended_at, w.result::jsonb,
 			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
 		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
-		ON CONFLICT DO NOTHING RETURNING run_id, created_at, not_before)
+		RETURNING run_id, created_at, not_before)
 		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`),
 		rID, rTenant, rJob, rChannel, rRef, rCommit, rParams, rActor, rReason, rSource, rKey, rState, rDecision,
 		rGrants, rLeaseKeys, rWaiting, rSpec, rMax, rCounted, rCancel, rCreated, rUpdated, rFinished,

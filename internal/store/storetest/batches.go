@@ -189,10 +189,14 @@ func testRunsCreateQueued(t *testing.T, s store.Store) {
 		}
 		return store.AttemptRun{Attempt: a, Run: r}
 	}
-	var single, batch []store.AttemptRun
+	// One batch whose runs have idempotency keys, one whose runs have
+	// none (the store may insert those without conflict handling), each
+	// compared with runs inserted one by one.
+	var single, keyed, plain []store.AttemptRun
 	for i := range 4 {
 		single = append(single, newPair(i, ""))
-		batch = append(batch, newPair(i, fmt.Sprintf("key%d", i)))
+		keyed = append(keyed, newPair(i, fmt.Sprintf("key%d", i)))
+		plain = append(plain, newPair(i, ""))
 	}
 	require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
 		for _, p := range single {
@@ -200,35 +204,40 @@ func testRunsCreateQueued(t *testing.T, s store.Store) {
 				return err
 			}
 		}
-		return tx.RunsCreateQueued(bg(), batch)
+		if err := tx.RunsCreateQueued(bg(), keyed); err != nil {
+			return err
+		}
+		return tx.RunsCreateQueued(bg(), plain)
 	}))
-	for i := range batch {
-		p, q := single[i], batch[i]
-		require.False(t, q.Run.CreatedAt.IsZero())
-		require.Equal(t, q.Run.CreatedAt, q.Attempt.CreatedAt, "item %d: the attempt at its run's time", i)
-		if i == 2 {
-			require.True(t, q.Run.CreatedAt.Equal(t0.Add(time.Minute)))
-			require.True(t, q.Attempt.NotBefore.Equal(t0.Add(2*time.Minute)))
-		} else {
-			require.Equal(t, q.Run.CreatedAt, q.Attempt.NotBefore)
+	for _, batch := range [][]store.AttemptRun{keyed, plain} {
+		for i := range batch {
+			p, q := single[i], batch[i]
+			require.False(t, q.Run.CreatedAt.IsZero())
+			require.Equal(t, q.Run.CreatedAt, q.Attempt.CreatedAt, "item %d: the attempt at its run's time", i)
+			if i == 2 {
+				require.True(t, q.Run.CreatedAt.Equal(t0.Add(time.Minute)))
+				require.True(t, q.Attempt.NotBefore.Equal(t0.Add(2*time.Minute)))
+			} else {
+				require.Equal(t, q.Run.CreatedAt, q.Attempt.NotBefore)
+			}
+			wantR, err := s.RunGetByID(bg(), p.Run.ID, false)
+			require.NoError(t, err)
+			gotR, err := s.RunGetByID(bg(), q.Run.ID, false)
+			require.NoError(t, err)
+			wantA, err := s.AttemptGetByID(bg(), p.Attempt.ID, false)
+			require.NoError(t, err)
+			gotA, err := s.AttemptGetByID(bg(), q.Attempt.ID, false)
+			require.NoError(t, err)
+			require.Empty(t, cmp.Diff(q.Attempt, gotA, cmpOpts...), "item %d: the attempt as returned", i)
+			require.Equal(t, q.Run.CreatedAt, gotR.CreatedAt)
+			require.Equal(t, q.Run.UpdatedAt, gotR.UpdatedAt)
+			gotR.ID, gotR.IdempotencyKey, gotA.ID, gotA.RunID = wantR.ID, wantR.IdempotencyKey, wantA.ID, wantA.RunID
+			if i != 2 { // the database's clock: each row its own moment
+				gotR.CreatedAt, gotR.UpdatedAt, gotA.CreatedAt, gotA.NotBefore = wantR.CreatedAt, wantR.UpdatedAt, wantA.CreatedAt, wantA.NotBefore
+			}
+			require.Empty(t, cmp.Diff(wantR, gotR, cmpOpts...), "item %d: run", i)
+			require.Empty(t, cmp.Diff(wantA, gotA, cmpOpts...), "item %d: attempt", i)
 		}
-		wantR, err := s.RunGetByID(bg(), p.Run.ID, false)
-		require.NoError(t, err)
-		gotR, err := s.RunGetByID(bg(), q.Run.ID, false)
-		require.NoError(t, err)
-		wantA, err := s.AttemptGetByID(bg(), p.Attempt.ID, false)
-		require.NoError(t, err)
-		gotA, err := s.AttemptGetByID(bg(), q.Attempt.ID, false)
-		require.NoError(t, err)
-		require.Empty(t, cmp.Diff(q.Attempt, gotA, cmpOpts...), "item %d: the attempt as returned", i)
-		require.Equal(t, q.Run.CreatedAt, gotR.CreatedAt)
-		require.Equal(t, q.Run.UpdatedAt, gotR.UpdatedAt)
-		gotR.ID, gotR.IdempotencyKey, gotA.ID, gotA.RunID = wantR.ID, wantR.IdempotencyKey, wantA.ID, wantA.RunID
-		if i != 2 { // the database's clock: each row its own moment
-			gotR.CreatedAt, gotR.UpdatedAt, gotA.CreatedAt, gotA.NotBefore = wantR.CreatedAt, wantR.UpdatedAt, wantA.CreatedAt, wantA.NotBefore
-		}
-		require.Empty(t, cmp.Diff(wantR, gotR, cmpOpts...), "item %d: run", i)
-		require.Empty(t, cmp.Diff(wantA, gotA, cmpOpts...), "item %d: attempt", i)
 	}
 
 	// A taken idempotency key, before or within the batch: the batch
