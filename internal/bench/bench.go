@@ -238,10 +238,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 
 	var done atomic.Int64
+	dbm := newDBMeter(cfg.DB)
 	stop := cfg.phase("request", cfg.Runs, &done)
-	cpu0 := processCPU()
+	cpu0, db0 := processCPU(), dbm.now()
 	req, err := env.RequestRuns(ctx, cfg.Runs, cfg.Clients, &done)
-	req.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+	req.Phase.CPUPerOpUs, req.Phase.DBCPUPerOpUs = cpuPerRun(cpu0, cfg.Runs), dbm.perRun(db0, cfg.Runs)
 	stop()
 	if err != nil {
 		return nil, err
@@ -250,11 +251,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	done.Store(0)
 	stop = cfg.phase("claim+result", cfg.Runs, &done)
-	cpu0 = processCPU()
+	cpu0, db0 = processCPU(), dbm.now()
 	dr, err := env.Drain(ctx, runners, req.CreatedAt, &done)
 	stop()
 	if dr != nil {
-		dr.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+		dr.Phase.CPUPerOpUs, dr.Phase.DBCPUPerOpUs = cpuPerRun(cpu0, cfg.Runs), dbm.perRun(db0, cfg.Runs)
 	}
 	if err != nil {
 		return nil, err
@@ -264,11 +265,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	done.Store(0)
 	stop = cfg.phase("lifecycle", cfg.Runs, &done)
-	cpu0 = processCPU()
+	cpu0, db0 = processCPU(), dbm.now()
 	lc, err := env.RunLifecycle(ctx, runners, cfg.Runs, cfg.Clients, false, &done)
 	stop()
 	if lc != nil {
-		lc.Phase.CPUPerOpUs = cpuPerRun(cpu0, cfg.Runs)
+		lc.Phase.CPUPerOpUs, lc.Phase.DBCPUPerOpUs = cpuPerRun(cpu0, cfg.Runs), dbm.perRun(db0, cfg.Runs)
 	}
 	if err != nil {
 		return nil, err
@@ -410,11 +411,11 @@ func (r *Result) String() string {
 		}
 		return s
 	}
-	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
-		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, r.Request.CPUPerOpUs)
-	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
+	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms; %s)\n",
+		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, cpuText(r.Request))
+	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms; %s)\n",
 		r.ClaimResult.PerSecond, r.ClaimResult.Ops, r.ClaimResult.Seconds,
-		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, r.ClaimResult.CPUPerOpUs)
+		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, cpuText(r.ClaimResult))
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
 	steps := "request, long-poll claim, "
@@ -426,8 +427,8 @@ func (r *Result) String() string {
 	} else {
 		steps += "result carrying a log chunk"
 	}
-	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %.0f µs CPU/run)\n",
-		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, r.Lifecycle.CPUPerOpUs)
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %s)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, cpuText(r.Lifecycle))
 	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
 		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
 	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",

@@ -53,6 +53,11 @@ type Phase struct {
 	// CPUPerOpUs is this process's CPU time (server, callers and, on
 	// SQLite, the database) per operation, in microseconds.
 	CPUPerOpUs float64 `json:"cpu_per_op_us"`
+	// DBCPUPerOpUs is the CPU time of the PostgreSQL server's processes
+	// per operation, in microseconds, when the server runs on this
+	// machine (read from /proc; 0 otherwise). The whole server is
+	// counted, so anything else it serves at the time is too.
+	DBCPUPerOpUs float64 `json:"db_cpu_per_op_us,omitempty"`
 }
 
 func newPhase(ops int, d time.Duration) Phase {
