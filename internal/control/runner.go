@@ -382,7 +382,8 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
 // runner: errRevoked when it does not (denied at dispatch, or blocked on a
-// lease key), its new state then being part of tx.
+// lease key), its new state then being part of tx. With w, the update of a
+// run handed out is held back for w's flush.
 func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
@@ -664,8 +665,8 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 	return lines, nil
 }
 
-// appendChunk stores a checked chunk of a live attempt's output; a repeated
-// seq is ignored.
+// appendChunk stores a checked chunk of a live attempt's output (with w,
+// at w's flush); a repeated seq is ignored.
 func appendChunk(ctx context.Context, tx store.Tx, w *runWrites, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
 	for i := range lines {
 		if lines[i].At.IsZero() {
@@ -958,7 +959,8 @@ func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, ca
 
 // endAttempt ends a live attempt and moves its run on: to its end, or to a
 // new attempt when the retry policy allows (or the attempt was given back).
-// Both rows must be locked by the caller.
+// Both rows must be locked by the caller. With w, the update of a run that
+// ends is held back for w's flush; a next attempt is written at once.
 func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
 	a.State = state
 	a.EndedAt = &now

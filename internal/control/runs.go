@@ -241,7 +241,9 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 // writeRun records a prepared run in tx: its row, its first attempt when
 // queued, its audit event. A refusal (a held reject key, a consumed once
 // key) comes from reads before any write, so a batch can refuse one run
-// and go on with the others in the same transaction.
+// and go on with the others in the same transaction. With w, the insert of
+// a queued run without lease keys or a Check Run is held back for w's
+// flush.
 func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *preparedRun) error {
 	run, decision := p.run, p.decision
 	p.att = nil
