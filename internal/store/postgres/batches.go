@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -224,15 +223,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 	}
 	for i, p := range pairs {
 		r, a := p.Run, p.Attempt
-		if r.ID == "" {
-			r.ID = newID(id.Run)
-		}
-		if a.ID == "" {
-			a.ID = newID(id.Attempt)
-		}
-		if a.State == "" {
-			a.State = store.AttemptQueued
-		}
+		queuedDefaults(r, a)
 		a.RunID = r.ID
 		rID[i], rTenant[i], rJob[i], rChannel[i], rRef[i], rCommit[i] = r.ID, r.Tenant, r.Job, r.Channel, r.Ref, r.Commit
 		rActor[i], rReason[i], rKey[i], rState[i], rWaiting[i] = r.Actor, r.Reason, r.IdempotencyKey, string(r.State), r.WaitingFor

@@ -649,10 +649,9 @@ func (q *queries) RunCreate(ctx context.Context, r *store.Run) error {
 	return err
 }
 
-// RunCreateQueued inserts the run and its attempt with one statement: the
-// attempt's insert reads the run's from a CTE, so it happens only when the
-// run's did, with the run's time.
-func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error {
+// queuedDefaults gives a queued run and its first attempt the IDs and the
+// state their insert needs when the caller left them out.
+func queuedDefaults(r *store.Run, a *store.Attempt) {
 	if r.ID == "" {
 		r.ID = newID(id.Run)
 	}
@@ -662,6 +661,13 @@ func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.At
 	if a.State == "" {
 		a.State = store.AttemptQueued
 	}
+}
+
+// RunCreateQueued inserts the run and its attempt with one statement: the
+// attempt's insert reads the run's from a CTE, so it happens only when the
+// run's did, with the run's time.
+func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error {
+	queuedDefaults(r, a)
 	var notBefore, created *time.Time
 	if !a.NotBefore.IsZero() {
 		notBefore = &a.NotBefore
