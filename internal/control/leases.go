@@ -33,7 +33,9 @@ func keyNames(keys []store.LeaseKey) []string {
 
 func runKeys(r *store.Run) ([]store.LeaseKey, error) {
 	var keys []store.LeaseKey
-	if len(r.LeaseKeys) == 0 {
+	// Most runs have no keys, and this is read several times per claim and
+	// per result.
+	if len(r.LeaseKeys) == 0 || string(r.LeaseKeys) == "[]" || string(r.LeaseKeys) == "null" {
 		return nil, nil
 	}
 	if err := json.Unmarshal(r.LeaseKeys, &keys); err != nil {
