@@ -10,8 +10,8 @@ import (
 )
 
 // The batch writes below move the rows of a call that carries several
-// runs (a claim of several, a results call) with one statement each,
-// not one per run. On this machine a statement costs PostgreSQL about
+// runs (a run batch, a claim of several, a results call) with one
+// statement each, not one per run. On this machine a statement costs PostgreSQL about
 // as much CPU again as the row it writes (docs/benchmarks.md, "Session
 // 9"), and the client a round trip. The rows arrive as parallel arrays
 // and are matched by primary key; the caller has locked them already,
