@@ -10,8 +10,8 @@ import (
 // log chunks of a call that moves several runs (a run batch, a claim of
 // several, a results call), so that each kind reaches the store in one
 // statement at flush (store.RunsCreateQueued, RunUpdates,
-// AttemptRunUpdates, LogAppends), in the same transaction: a statement costs PostgreSQL about as much as the row it
-// writes. Only writes of rows the transaction has locked, and that
+// AttemptRunUpdates, LogAppends), in the same transaction: a statement
+// costs PostgreSQL about as much as the row it writes. Only writes of rows the transaction has locked, and that
 // nothing later in it reads, are held back; everything else (a next
 // attempt, released keys, audit events) is written in place. A nil
 // *runWrites writes at once.

@@ -92,10 +92,10 @@ func (d *scopedDB) declare(ctx context.Context) (store.Scope, bool) {
 
 // genericMark begins a statement that is to run with a generic plan:
 // PostgreSQL then plans it once per connection instead of at every call.
-// It plans a statement whose parameters are arrays anew each time
-// (a custom plan knows each array's length, so it always looks cheaper),
-// and for the statements that move a call's rows in one go that cost a
-// third of their execution. Only statements whose plan does not depend on
+// Left to choose, it plans a statement with array parameters anew each
+// time (a custom plan knows each array's length, so it always looks
+// cheaper); for the statements that move a call's rows in one go, that
+// planning was a third of their cost. Only statements whose plan does not depend on
 // a parameter's value may be marked: a generic plan cannot use a partial
 // index whose predicate a parameter would have to prove.
 const genericMark = "/* generic plan */ "
