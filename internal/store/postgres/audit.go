@@ -35,7 +35,20 @@ func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
 	return interpretError(err)
 }
 
-const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
+// The reads of events join their links in audit_chain with a condition
+// that repeats the events' lower bound on seq (c.seq > after): PostgreSQL
+// does not carry e.seq's bound across the join, and without it a merge
+// join reads the chain's index from its first link, so that each sealing
+// round cost time in proportion to the whole history.
+const (
+	auditCols    = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
+	auditListSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
+		WHERE e.tenant = $1 AND e.seq > $2 AND ($3 = '' OR e.subject = $3) AND ($4 = '' OR e.actor = $4)
+			AND ($5::timestamptz IS NULL OR e.at >= $5)
+		ORDER BY e.seq LIMIT $6`
+	auditScanSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $1
+		WHERE e.seq > $1 AND ($2 = 0 OR e.seq <= $2) ORDER BY e.seq LIMIT $3`
+)
 
 func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*store.AuditEvent, error) {
 	rows, err := q.db.Query(ctx, sql, args...)
@@ -59,20 +72,14 @@ func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*s
 	if err := q.flushAudit(); err != nil {
 		return nil, err
 	}
-	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.tenant = $1 AND e.seq > $2 AND ($3 = '' OR e.subject = $3) AND ($4 = '' OR e.actor = $4)
-			AND ($5::timestamptz IS NULL OR e.at >= $5)
-		ORDER BY e.seq LIMIT $6`,
-		p.Tenant, p.After, p.RunID, p.Actor, timeArg(p.Since), limit(p.Limit))
+	return q.auditEvents(ctx, auditListSQL, p.Tenant, p.After, p.RunID, p.Actor, timeArg(p.Since), limit(p.Limit))
 }
 
 func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
 	if err := q.flushAudit(); err != nil {
 		return nil, err
 	}
-	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.seq > $1 AND ($2 = 0 OR e.seq <= $2) ORDER BY e.seq LIMIT $3`,
-		p.After, p.UpTo, limit(p.Limit))
+	return q.auditEvents(ctx, auditScanSQL, p.After, p.UpTo, limit(p.Limit))
 }
 
 func (q *queries) AuditChainHead(ctx context.Context) (*store.AuditSeal, error) {

@@ -81,3 +81,6 @@ func TxStringsSeq(ctx context.Context, s *Store, sqls ...string) (out [][]string
 	})
 	return out, err
 }
+
+// AuditSQL returns the statements of AuditList and AuditScan.
+func AuditSQL() (list, scan string) { return auditListSQL, auditScanSQL }
