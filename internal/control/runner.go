@@ -676,7 +676,9 @@ func appendChunk(ctx context.Context, tx store.Tx, w *runWrites, a *store.Attemp
 	if err := w.logAppend(ctx, tx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
 		return err
 	}
-	return tx.WakeClaimers(ctx) // log followers wait on the same signal
+	// Log followers wait on the wake-up channel; a chunk makes no work
+	// claimable, so other replicas are not notified (their followers poll).
+	return tx.WakeWatchers(ctx)
 }
 
 // Relinquish gives an attempt back: it ends relinquished and the run gets a
@@ -1033,7 +1035,9 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 		if err := s.releaseKeys(ctx, tx, r, a); err != nil {
 			return err
 		}
-		if err := tx.WakeClaimers(ctx); err != nil { // log followers learn the run ended
+		// Log followers learn the run ended. An end that unblocks waiters
+		// woke the claimers of every replica in releaseKeys.
+		if err := tx.WakeWatchers(ctx); err != nil {
 			return err
 		}
 		if err := w.attemptRunUpdate(ctx, tx, a, r); err != nil {

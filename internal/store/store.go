@@ -635,6 +635,13 @@ type Queries interface {
 	// work may be available once this transaction commits (NOTIFY on
 	// PostgreSQL; an in-process broadcast after commit on SQLite).
 	WakeClaimers(ctx context.Context) error
+	// WakeWatchers tells this server's waiters (log followers) that a run's
+	// output or state changed, once this transaction commits: an in-process
+	// broadcast, with no NOTIFY on PostgreSQL. It is for changes that make
+	// no work claimable. Followers on other replicas poll and see the
+	// change within their poll interval; a NOTIFY would cost every such
+	// commit PostgreSQL's database-wide notification lock.
+	WakeWatchers(ctx context.Context) error
 }
 
 // Tx is a transaction.

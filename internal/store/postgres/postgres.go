@@ -300,7 +300,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 			// The server answered: the transaction did not commit.
 			return interpretError(err)
 		default:
-			if q.woke {
+			if q.woke || q.wokeHere {
 				s.broadcast() // it may have committed: a spurious wake is harmless
 			}
 			return fmt.Errorf("%w: %w", store.ErrCommitUnknown, err)
@@ -308,7 +308,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 	s.commits.Add(1)
 	q.forgetAll()
-	if q.woke {
+	if q.woke || q.wokeHere {
 		s.broadcast()
 	}
 	return nil

@@ -49,3 +49,42 @@ func TestListenerReconnects(t *testing.T) {
 		}
 	}, 10*time.Second, 10*time.Millisecond)
 }
+
+// TestWakeReplicas: WakeClaimers reaches another replica on the same
+// database (through NOTIFY); WakeWatchers wakes only its own process.
+func TestWakeReplicas(t *testing.T) {
+	ctx := context.Background()
+	dsn := testdb.PostgresDSN(t)
+	open := func() *postgres.Store {
+		s, err := postgres.Open(ctx, dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	waitWake := func(ch <-chan struct{}, d time.Duration) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	// The replica's listener may not be listening yet: retry until a
+	// claimers' wake-up gets through.
+	require.Eventually(t, func() bool {
+		ch := b.Wake()
+		require.NoError(t, a.InTx(ctx, func(tx store.Tx) error { return tx.WakeClaimers(ctx) }))
+		return waitWake(ch, 500*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond, "WakeClaimers did not reach the other replica")
+
+	time.Sleep(200 * time.Millisecond) // let any echo of the last notification pass
+	own, other := a.Wake(), b.Wake()
+	require.NoError(t, a.InTx(ctx, func(tx store.Tx) error { return tx.WakeWatchers(ctx) }))
+	require.True(t, waitWake(own, 5*time.Second), "WakeWatchers did not wake its own process")
+	require.False(t, waitWake(other, time.Second), "WakeWatchers woke another replica")
+
+	other = b.Wake()
+	require.NoError(t, a.InTx(ctx, func(tx store.Tx) error { return tx.WakeClaimers(ctx) }))
+	require.True(t, waitWake(other, 5*time.Second), "WakeClaimers did not reach the other replica")
+}

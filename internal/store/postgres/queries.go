@@ -24,8 +24,9 @@ type queries struct {
 	db dbtx
 	s  *Store
 	// woke: the transaction called WakeClaimers (tryTx broadcasts after
-	// its commit).
-	woke bool
+	// its commit, and flushLater sends the NOTIFY); wokeHere: it called
+	// WakeWatchers (tryTx broadcasts after its commit, with no NOTIFY).
+	woke, wokeHere bool
 	// later holds what a transaction writes without needing an answer —
 	// its audit events and its wake-up notification — until just before
 	// its commit (flushLater), where they go in one statement: a round
@@ -870,5 +871,16 @@ func (q *queries) WakeClaimers(ctx context.Context) error {
 	// Sent with the transaction's audit events, just before its commit
 	// (flushLater): PostgreSQL delivers it at the commit either way.
 	q.woke = true
+	return nil
+}
+
+// WakeWatchers wakes this process's waiters after the commit, as
+// WakeClaimers does, without the NOTIFY (store.Queries).
+func (q *queries) WakeWatchers(ctx context.Context) error {
+	if !q.inTx() {
+		q.s.broadcast()
+		return nil
+	}
+	q.wokeHere = true
 	return nil
 }

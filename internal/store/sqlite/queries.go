@@ -740,3 +740,7 @@ func (q *queries) WakeClaimers(ctx context.Context) error {
 	q.s.broadcast()
 	return nil
 }
+
+// WakeWatchers is WakeClaimers: on SQLite both are the in-process
+// broadcast after COMMIT.
+func (q *queries) WakeWatchers(ctx context.Context) error { return q.WakeClaimers(ctx) }

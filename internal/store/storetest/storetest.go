@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -849,33 +850,46 @@ func closed(ch <-chan struct{}, wait time.Duration) bool {
 	}
 }
 
+// testWake: WakeClaimers and WakeWatchers wake this store's waiters after
+// a commit, never before it nor after a rollback, and at once outside a
+// transaction.
 func testWake(t *testing.T, s store.Store) {
-	ctx := bg()
-	ch := s.Wake()
-	err := s.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.WakeClaimers(ctx); err != nil {
-			return err
-		}
-		return errors.New("rollback")
-	})
-	require.Error(t, err)
-	require.False(t, closed(ch, 300*time.Millisecond), "woken by a rolled-back transaction")
+	for _, w := range []struct {
+		name string
+		wake func(store.Queries, context.Context) error
+	}{
+		{"claimers", store.Queries.WakeClaimers},
+		{"watchers", store.Queries.WakeWatchers},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			ctx := bg()
+			ch := s.Wake()
+			err := s.InTx(ctx, func(tx store.Tx) error {
+				if err := w.wake(tx, ctx); err != nil {
+					return err
+				}
+				return errors.New("rollback")
+			})
+			require.Error(t, err)
+			require.False(t, closed(ch, 300*time.Millisecond), "woken by a rolled-back transaction")
 
-	var closedBeforeCommit bool
-	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.WakeClaimers(ctx); err != nil {
-			return err
-		}
-		closedBeforeCommit = closed(ch, 50*time.Millisecond)
-		return nil
-	}))
-	require.False(t, closedBeforeCommit, "woken before commit")
-	require.True(t, closed(ch, 5*time.Second), "not woken after commit")
+			var closedBeforeCommit bool
+			require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
+				if err := w.wake(tx, ctx); err != nil {
+					return err
+				}
+				closedBeforeCommit = closed(ch, 50*time.Millisecond)
+				return nil
+			}))
+			require.False(t, closedBeforeCommit, "woken before commit")
+			require.True(t, closed(ch, 5*time.Second), "not woken after commit")
 
-	ch = s.Wake()
-	require.NoError(t, s.WakeClaimers(ctx))
-	require.True(t, closed(ch, 5*time.Second), "not woken outside a transaction")
-	require.False(t, closed(s.Wake(), 0), "a fresh channel is open")
+			ch = s.Wake()
+			require.NoError(t, w.wake(s, ctx))
+			require.True(t, closed(ch, 5*time.Second), "not woken outside a transaction")
+			require.False(t, closed(s.Wake(), 0), "a fresh channel is open")
+		})
+	}
 }
 
 // testDoubleAssignment: every attempt is claimed exactly once by concurrent
