@@ -86,3 +86,38 @@ func chainRows(p planNode) float64 {
 	}
 	return n
 }
+
+// TestLookupsUsePartialIndexes: the lookups of a live run holding a lease
+// key and of an attempt by its claim request use their partial indexes,
+// whose conditions leave out the rows they never look up (migration 014),
+// with the generic plan a prepared statement ends up with.
+func TestLookupsUsePartialIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := testdb.Postgres(t).(*postgres.Store)
+	// A tenant with many live runs, none holding keys, so that its runs
+	// are no way to the one that holds a key.
+	_, err := postgres.TxStrings(ctx, s, `INSERT INTO runs (id, tenant, job, channel, ref, commit_sha, actor, reason,
+			idempotency_key, state, lease_keys, waiting_for, max_attempts, counted_attempts, created_at, updated_at)
+		SELECT 'run_' || i, 'tn_x', 'job', 'main', 'main', '', 'usr', '', '', 'queued', '[]', '', 1, 0, now(), now()
+		FROM generate_series(1, 5000) i RETURNING ''`)
+	require.NoError(t, err)
+	_, err = postgres.PoolStrings(ctx, s, `ANALYZE runs`)
+	require.NoError(t, err)
+	live, byRequest := postgres.LookupSQL()
+	for _, c := range []struct {
+		name, sql, args, index string
+	}{
+		{"lease live run", live, `'tn_x', 'db', 'run_x'`, "runs_live_lease_keys"},
+		{"attempt by claim request", byRequest, `'rnr_x', 'req_x'`, "attempts_claim_request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
+				`SET LOCAL enable_seqscan = off`, `SET LOCAL enable_indexscan = on`,
+				`PREPARE lookup AS `+c.sql,
+				`EXPLAIN (FORMAT JSON) EXECUTE lookup(`+c.args+`)`,
+				`DEALLOCATE lookup`)
+			require.NoError(t, err)
+			require.Contains(t, out[4][0], `"Index Name": "`+c.index+`"`, "plan: %s", out[4][0])
+		})
+	}
+}

@@ -84,3 +84,8 @@ func TxStringsSeq(ctx context.Context, s *Store, sqls ...string) (out [][]string
 
 // AuditSQL returns the statements of AuditList and AuditScan.
 func AuditSQL() (list, scan string) { return auditListSQL, auditScanSQL }
+
+// LookupSQL returns LeaseLiveRun's and AttemptGetByClaimRequest's statements.
+func LookupSQL() (leaseLiveRun, attemptByClaimRequest string) {
+	return leaseLiveRunSQL, attemptByClaimRequestSQL
+}

@@ -235,12 +235,17 @@ func (q *queries) LeaseList(ctx context.Context, tenant, prefix string) ([]store
 		tenant, likeEscaper.Replace(prefix))
 }
 
+// leaseLiveRunSQL repeats the condition of runs_live_lease_keys, which
+// leaves out the runs without keys (migration 014), so that the planner
+// can use it.
+const leaseLiveRunSQL = `SELECT r.id FROM runs r
+		WHERE r.tenant = $1 AND r.state IN ('pending_approval', 'queued', 'running') AND r.id <> $3
+			AND r.lease_keys <> '[]'::jsonb AND r.lease_keys @> jsonb_build_array(jsonb_build_object('key', $2::text))
+		ORDER BY r.id LIMIT 1`
+
 func (q *queries) LeaseLiveRun(ctx context.Context, tenant, key, exceptRun string) (string, error) {
 	var runID string
-	err := q.db.QueryRow(ctx, `SELECT r.id FROM runs r
-		WHERE r.tenant = $1 AND r.state IN ('pending_approval', 'queued', 'running') AND r.id <> $3
-			AND r.lease_keys @> jsonb_build_array(jsonb_build_object('key', $2::text))
-		ORDER BY r.id LIMIT 1`, tenant, key, exceptRun).Scan(&runID)
+	err := q.db.QueryRow(ctx, leaseLiveRunSQL, tenant, key, exceptRun).Scan(&runID)
 	if err != nil {
 		return "", interpretError(err)
 	}

@@ -332,12 +332,17 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 	return err
 }
 
+// attemptByClaimRequestSQL repeats the condition of
+// attempts_claim_request, which leaves out attempts never claimed
+// (migration 014), so that the planner can use it.
+var attemptByClaimRequestSQL = `SELECT ` + attemptCols + ` FROM attempts
+		WHERE runner_id = $1 AND claim_request_id = $2 AND claim_request_id <> '' ORDER BY number DESC LIMIT 1`
+
 func (q *queries) AttemptGetByClaimRequest(ctx context.Context, runnerID, requestID string) (*store.Attempt, error) {
 	if requestID == "" {
 		return nil, store.ErrNotFound
 	}
-	return scanAttempt(q.db.QueryRow(ctx, `SELECT `+attemptCols+` FROM attempts
-		WHERE runner_id = $1 AND claim_request_id = $2 ORDER BY number DESC LIMIT 1`, runnerID, requestID))
+	return scanAttempt(q.db.QueryRow(ctx, attemptByClaimRequestSQL, runnerID, requestID))
 }
 
 func (q *queries) AttemptGetByID(ctx context.Context, attemptID string, forUpdate bool) (*store.Attempt, error) {
