@@ -54,14 +54,7 @@ func TestListenerReconnects(t *testing.T) {
 // database (through NOTIFY); WakeWatchers wakes only its own process.
 func TestWakeReplicas(t *testing.T) {
 	ctx := context.Background()
-	dsn := testdb.PostgresDSN(t)
-	open := func() *postgres.Store {
-		s, err := postgres.Open(ctx, dsn)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	a, b := open(), open()
+	a, b := twoServers(ctx, t)
 	waitWake := func(ch <-chan struct{}, d time.Duration) bool {
 		select {
 		case <-ch:
@@ -87,4 +80,17 @@ func TestWakeReplicas(t *testing.T) {
 	other = b.Wake()
 	require.NoError(t, a.InTx(ctx, func(tx store.Tx) error { return tx.WakeClaimers(ctx) }))
 	require.True(t, waitWake(other, 5*time.Second), "WakeClaimers did not reach the other replica")
+}
+
+// twoServers opens two stores on one fresh schema, as two servers that
+// share a database.
+func twoServers(ctx context.Context, t *testing.T) (a, b *postgres.Store) {
+	dsn := testdb.PostgresDSN(t)
+	open := func() *postgres.Store {
+		s, err := postgres.Open(ctx, dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	return open(), open()
 }

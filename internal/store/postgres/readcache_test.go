@@ -11,7 +11,6 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
-	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
 // TestReadCacheAcrossServers: two servers share one database; a runner
@@ -20,14 +19,7 @@ import (
 // serves nothing from its cache until it listens again.
 func TestReadCacheAcrossServers(t *testing.T) {
 	ctx := store.WithSystem(context.Background(), "test")
-	dsn := testdb.PostgresDSN(t)
-	open := func() *postgres.Store {
-		s, err := postgres.Open(ctx, dsn)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	a, b := open(), open()
+	a, b := twoServers(ctx, t)
 	tn, err := a.TenantEnsure(ctx, "acme", nil)
 	require.NoError(t, err)
 	now := time.Now().UTC().Truncate(time.Microsecond)
