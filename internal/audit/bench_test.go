@@ -132,3 +132,18 @@ func BenchmarkAppendStatementPostgres(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLink: the hash link of one event as the sealer computes it for
+// every event (the canonical encoding and SHA-256), with details as a
+// run's end writes them, in PostgreSQL's jsonb spelling.
+//
+//	go test -run XXX -bench Link -benchmem ./internal/audit/
+func BenchmarkLink(b *testing.B) {
+	e := &store.AuditEvent{Seq: 123456, Tenant: "tnt_01M8TDS0PPHKTKWJQ6985B91JW", At: time.Date(2026, 12, 2, 4, 0, 0, 123456000, time.UTC),
+		Actor: "runner:rnr_01M8TDS0PPHKTKWJQ6985B91JX", Action: "attempt.succeeded", Subject: "run_01M8TDS0PPHKTKWJQ6985B91JY",
+		Details: json.RawMessage(`{"state": "succeeded", "holder": {"lease": "0123456789abcdef", "incarnation": "c1", "registration": "rnr_01M8TDS0PPHKTKWJQ6985B91JX"}, "number": 1, "reason": "done", "attempt": "att_01M8TDS0PPHKTKWJQ6985B91JZ"}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = audit.Link(audit.Genesis, e)
+	}
+}

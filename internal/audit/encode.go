@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,7 @@ const domain = "jobplane-audit-v1\n"
 // reorders keys).
 func Encode(e *store.AuditEvent) []byte {
 	var b bytes.Buffer
+	b.Grow(128 + len(e.Tenant) + len(e.Actor) + len(e.Action) + len(e.Subject) + len(e.Details))
 	b.WriteString(`{"seq":`)
 	b.WriteString(strconv.FormatInt(e.Seq, 10))
 	b.WriteString(`,"tenant":`)
@@ -51,11 +53,12 @@ func Encode(e *store.AuditEvent) []byte {
 // hex(SHA-256("jobplane-audit-v1\n" || prev || "\n" || Encode(e))).
 func Link(prev string, e *store.AuditEvent) string {
 	h := sha256.New()
-	h.Write([]byte(domain))
-	h.Write([]byte(prev))
+	io.WriteString(h, domain)
+	io.WriteString(h, prev)
 	h.Write([]byte{'\n'})
 	h.Write(Encode(e))
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // writeDetails writes details in canonical form; SQL NULL and JSON null are
@@ -101,36 +104,47 @@ func canonicalValue(b *bytes.Buffer, raw []byte, i int) int {
 	switch raw[i] {
 	case '{':
 		type member struct {
-			key        string
+			key        []byte // decoded
+			lit        []byte // the literal, when it is already canonical
 			start, end int
 		}
-		var members []member
+		var inline [16]member // most objects are small: no allocation for them
+		members := inline[:0]
 		i = skipSpace(raw, i+1)
 		for raw[i] != '}' {
 			kEnd := stringEnd(raw, i)
-			key := stringValue(raw[i:kEnd])
+			m := member{lit: raw[i:kEnd]}
+			if canonicalLiteral(m.lit) {
+				m.key = m.lit[1 : len(m.lit)-1]
+			} else {
+				m.key, m.lit = []byte(stringValue(m.lit)), nil
+			}
 			i = skipSpace(raw, kEnd)
 			i = skipSpace(raw, i+1) // the colon
-			end := valueEnd(raw, i)
-			members = append(members, member{key, i, end})
-			i = skipSpace(raw, end)
+			m.start, m.end = i, valueEnd(raw, i)
+			members = append(members, m)
+			i = skipSpace(raw, m.end)
 			if raw[i] == ',' {
 				i = skipSpace(raw, i+1)
 			}
 		}
 		// Sorted by key, the last of duplicates kept, as a decoded map.
-		slices.SortStableFunc(members, func(x, y member) int { return strings.Compare(x.key, y.key) })
+		slices.SortStableFunc(members, func(x, y member) int { return bytes.Compare(x.key, y.key) })
 		b.WriteByte('{')
 		first := true
 		for j, m := range members {
-			if j+1 < len(members) && members[j+1].key == m.key {
+			if j+1 < len(members) && bytes.Equal(members[j+1].key, m.key) {
 				continue
 			}
 			if !first {
 				b.WriteByte(',')
 			}
 			first = false
-			writeString(b, m.key)
+			if m.lit != nil {
+				b.Write(m.lit)
+			} else {
+				writeString(b, string(m.key))
+			}
 			b.WriteByte(':')
 			canonicalValue(b, raw, m.start)
 		}
@@ -152,7 +166,11 @@ func canonicalValue(b *bytes.Buffer, raw []byte, i int) int {
 		return i + 1
 	case '"':
 		end := stringEnd(raw, i)
-		writeString(b, stringValue(raw[i:end]))
+		if lit := raw[i:end]; canonicalLiteral(lit) {
+			b.Write(lit)
+		} else {
+			writeString(b, stringValue(lit))
+		}
 		return end
 	default: // a number (kept as written, as json.Number keeps it), true, false or null
 		end := valueEnd(raw, i)
@@ -203,6 +221,14 @@ func valueEnd(raw []byte, i int) int {
 		}
 		return i
 	}
+}
+
+// canonicalLiteral reports whether a string literal of valid JSON is
+// already as writeString would write its value: no escape and valid UTF-8
+// (valid JSON has no raw control characters in a string).
+func canonicalLiteral(lit []byte) bool {
+	body := lit[1 : len(lit)-1]
+	return bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body)
 }
 
 // stringValue decodes a string literal: as written when it holds no escape
@@ -268,19 +294,23 @@ func writeString(b *bytes.Buffer, s string) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	b.WriteByte('"')
+	start := 0 // the bytes from start on are written as they are, in one go
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b.WriteString(s[start:i])
+		start = i + 1
+		if c == '"' || c == '\\' {
 			b.WriteByte('\\')
 			b.WriteByte(c)
-		case c < 0x20:
+		} else {
 			b.WriteString(`\u00`)
 			b.WriteByte(hexDigits[c>>4])
 			b.WriteByte(hexDigits[c&0xf])
-		default:
-			b.WriteByte(c)
 		}
 	}
+	b.WriteString(s[start:])
 	b.WriteByte('"')
 }
