@@ -234,9 +234,8 @@ func canonicalLiteral(lit []byte) bool {
 // stringValue decodes a string literal: as written when it holds no escape
 // and is valid UTF-8, else as encoding/json decodes it.
 func stringValue(lit []byte) string {
-	body := lit[1 : len(lit)-1]
-	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		return string(body)
+	if canonicalLiteral(lit) {
+		return string(lit[1 : len(lit)-1])
 	}
 	var s string
 	_ = json.Unmarshal(lit, &s) // valid: the whole input is
