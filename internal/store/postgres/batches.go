@@ -79,6 +79,25 @@ const runsSetSQL = `UPDATE runs SET state = u.rstate, decision = u.decision::jso
 	waiting_for = u.waiting_for, counted_attempts = u.counted_attempts, cancel_requested = u.cancel_requested,
 	updated_at = coalesce(u.updated_at, clock_timestamp()), finished_at = u.finished_at`
 
+// runUpdatesSQL updates the runs of runArrays ($1…$9) by ID.
+var runUpdatesSQL = generic(runsSetSQL + ` FROM ` + runsFromSQL(1) + ` WHERE runs.id = u.rid`)
+
+// attemptRunUpdatesSQL updates the runs of runArrays ($1…$9) and the
+// attempts of $10…$22, and counts the rows of each it found.
+var attemptRunUpdatesSQL = generic(`WITH a AS (
+		UPDATE attempts SET state = v.state, runner_id = v.runner_id, lease_digest = v.lease_digest,
+			claim_request_id = v.claim_request_id, claimed_at = v.claimed_at, lease_expires_at = v.lease_expires_at,
+			deadline = v.deadline, heartbeat_at = v.heartbeat_at, ended_at = v.ended_at, result = v.result::jsonb,
+			not_before = v.not_before, blocked_on = v.blocked_on
+		FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[],
+			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+			$21::timestamptz[], $22::text[])
+			AS v(id, state, runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline,
+			heartbeat_at, ended_at, result, not_before, blocked_on)
+		WHERE attempts.id = v.id RETURNING 1),
+		r AS (` + runsSetSQL + ` FROM ` + runsFromSQL(1) + ` WHERE runs.id = u.rid RETURNING 1)
+		SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM r)`)
+
 // RunUpdates updates every run with one statement.
 func (q *queries) RunUpdates(ctx context.Context, runs []*store.Run) error {
 	switch len(runs) {
@@ -91,7 +110,7 @@ func (q *queries) RunUpdates(ctx context.Context, runs []*store.Run) error {
 	for _, r := range runs {
 		x.add(r)
 	}
-	tag, err := q.db.Exec(ctx, generic(runsSetSQL+` FROM `+runsFromSQL(1)+` WHERE runs.id = u.rid`), x.args()...)
+	tag, err := q.db.Exec(ctx, runUpdatesSQL, x.args()...)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -129,19 +148,7 @@ func (q *queries) AttemptRunUpdates(ctx context.Context, pairs []store.AttemptRu
 	args := append(x.args(), ids, states, runners, digests, requests, claimed, expires, deadlines, heartbeats, ended,
 		results, notBefore, blocked)
 	var na, nr int64
-	err := q.db.QueryRow(ctx, generic(`WITH a AS (
-		UPDATE attempts SET state = v.state, runner_id = v.runner_id, lease_digest = v.lease_digest,
-			claim_request_id = v.claim_request_id, claimed_at = v.claimed_at, lease_expires_at = v.lease_expires_at,
-			deadline = v.deadline, heartbeat_at = v.heartbeat_at, ended_at = v.ended_at, result = v.result::jsonb,
-			not_before = v.not_before, blocked_on = v.blocked_on
-		FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[],
-			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-			$21::timestamptz[], $22::text[])
-			AS v(id, state, runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline,
-			heartbeat_at, ended_at, result, not_before, blocked_on)
-		WHERE attempts.id = v.id RETURNING 1),
-		r AS (`+runsSetSQL+` FROM `+runsFromSQL(1)+` WHERE runs.id = u.rid RETURNING 1)
-		SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM r)`), args...).Scan(&na, &nr)
+	err := q.db.QueryRow(ctx, attemptRunUpdatesSQL, args...).Scan(&na, &nr)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -150,6 +157,16 @@ func (q *queries) AttemptRunUpdates(ctx context.Context, pairs []store.AttemptRu
 	}
 	return nil
 }
+
+// logAppendsSQL inserts lines, skipping those of a chunk (attempt, seq)
+// already stored.
+const logAppendsSQL = genericMark + `INSERT INTO log_lines (run_id, attempt_id, seq, idx, at, stream, text)
+		SELECT u.run_id, u.attempt_id, u.seq, u.idx, coalesce(u.at, clock_timestamp()), u.stream, u.text
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::timestamptz[], $6::text[], $7::text[])
+			WITH ORDINALITY AS u(run_id, attempt_id, seq, idx, at, stream, text, ord)
+		WHERE NOT EXISTS (SELECT 1 FROM log_lines l WHERE l.attempt_id = u.attempt_id AND l.seq = u.seq)
+		ORDER BY u.ord
+		ON CONFLICT DO NOTHING`
 
 // LogAppends inserts the lines of every chunk with one statement; a chunk
 // already stored is skipped as LogAppend skips it.
@@ -177,14 +194,46 @@ func (q *queries) LogAppends(ctx context.Context, ps []*store.LogAppendParams) e
 	if len(runs) == 0 {
 		return nil // chunks without lines store nothing
 	}
-	_, err := q.db.Exec(ctx, generic(`INSERT INTO log_lines (run_id, attempt_id, seq, idx, at, stream, text)
-		SELECT u.run_id, u.attempt_id, u.seq, u.idx, coalesce(u.at, clock_timestamp()), u.stream, u.text
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::timestamptz[], $6::text[], $7::text[])
-			WITH ORDINALITY AS u(run_id, attempt_id, seq, idx, at, stream, text, ord)
-		WHERE NOT EXISTS (SELECT 1 FROM log_lines l WHERE l.attempt_id = u.attempt_id AND l.seq = u.seq)
-		ORDER BY u.ord
-		ON CONFLICT DO NOTHING`), runs, attempts, seqs, idxs, ats, streams, texts)
+	_, err := q.db.Exec(ctx, logAppendsSQL, runs, attempts, seqs, idxs, ats, streams, texts)
 	return interpretError(err)
+}
+
+// runsCreateQueuedSQL inserts runs ($1…$23) and their first attempts
+// ($24…$46); onConflict is empty or "ON CONFLICT DO NOTHING".
+func runsCreateQueuedSQL(onConflict string) string {
+	return generic(`WITH n AS (SELECT clock_timestamp() AS now),
+		v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
+			$16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::boolean[], $21::timestamptz[],
+			$22::timestamptz[], $23::timestamptz[])
+			WITH ORDINALITY AS v(id, tenant, job, channel, ref, commit_sha, params, actor, reason, source,
+			idempotency_key, state, decision, grants, lease_keys, waiting_for, spec, max_attempts, counted_attempts,
+			cancel_requested, created_at, updated_at, finished_at, ord)),
+		r AS (
+		INSERT INTO runs (` + runCols + `)
+		SELECT v.id, v.tenant, v.job, v.channel, v.ref, v.commit_sha, v.params::jsonb, v.actor, v.reason,
+			v.source::jsonb, v.idempotency_key, v.state, v.decision::jsonb, v.grants::jsonb, v.lease_keys::jsonb,
+			v.waiting_for, v.spec::jsonb, v.max_attempts, v.counted_attempts, v.cancel_requested,
+			coalesce(v.created_at, n.now), coalesce(v.updated_at, v.created_at, n.now), v.finished_at
+		FROM v, n ORDER BY v.ord
+		` + onConflict + ` RETURNING id, created_at, updated_at),
+		w AS (SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::bigint[], $28::text[], $29::text[],
+			$30::text[], $31::bigint[], $32::bigint[], $33::timestamptz[], $34::text[], $35::text[], $36::text[],
+			$37::timestamptz[], $38::timestamptz[], $39::timestamptz[], $40::timestamptz[], $41::timestamptz[],
+			$42::text[], $43::timestamptz[], $44::text[], $45::text[], $46::boolean[])
+			WITH ORDINALITY AS w(id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
+			runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at,
+			ended_at, result, created_at, blocked_on, repo, managed_only, ord)),
+		a AS (
+		INSERT INTO attempts (` + attemptCols + `)
+		SELECT w.id, w.run_id, w.tenant, w.number, w.state, w.pool,
+			ARRAY(SELECT jsonb_array_elements_text(w.labels::jsonb)), w.lease_ttl_us, w.timeout_us,
+			coalesce(w.not_before, r.created_at), w.runner_id, w.lease_digest, w.claim_request_id, w.claimed_at,
+			w.lease_expires_at, w.deadline, w.heartbeat_at, w.ended_at, w.result::jsonb,
+			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
+		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
+		RETURNING run_id, created_at, not_before)
+		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`)
 }
 
 // RunsCreateQueued inserts every run and its first attempt with one
@@ -256,39 +305,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 			break
 		}
 	}
-	rows, err := q.db.Query(ctx, generic(`WITH n AS (SELECT clock_timestamp() AS now),
-		v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
-			$16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::boolean[], $21::timestamptz[],
-			$22::timestamptz[], $23::timestamptz[])
-			WITH ORDINALITY AS v(id, tenant, job, channel, ref, commit_sha, params, actor, reason, source,
-			idempotency_key, state, decision, grants, lease_keys, waiting_for, spec, max_attempts, counted_attempts,
-			cancel_requested, created_at, updated_at, finished_at, ord)),
-		r AS (
-		INSERT INTO runs (`+runCols+`)
-		SELECT v.id, v.tenant, v.job, v.channel, v.ref, v.commit_sha, v.params::jsonb, v.actor, v.reason,
-			v.source::jsonb, v.idempotency_key, v.state, v.decision::jsonb, v.grants::jsonb, v.lease_keys::jsonb,
-			v.waiting_for, v.spec::jsonb, v.max_attempts, v.counted_attempts, v.cancel_requested,
-			coalesce(v.created_at, n.now), coalesce(v.updated_at, v.created_at, n.now), v.finished_at
-		FROM v, n ORDER BY v.ord
-		`+onConflict+` RETURNING id, created_at, updated_at),
-		w AS (SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::bigint[], $28::text[], $29::text[],
-			$30::text[], $31::bigint[], $32::bigint[], $33::timestamptz[], $34::text[], $35::text[], $36::text[],
-			$37::timestamptz[], $38::timestamptz[], $39::timestamptz[], $40::timestamptz[], $41::timestamptz[],
-			$42::text[], $43::timestamptz[], $44::text[], $45::text[], $46::boolean[])
-			WITH ORDINALITY AS w(id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
-			runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at,
-			ended_at, result, created_at, blocked_on, repo, managed_only, ord)),
-		a AS (
-		INSERT INTO attempts (`+attemptCols+`)
-		SELECT w.id, w.run_id, w.tenant, w.number, w.state, w.pool,
-			ARRAY(SELECT jsonb_array_elements_text(w.labels::jsonb)), w.lease_ttl_us, w.timeout_us,
-			coalesce(w.not_before, r.created_at), w.runner_id, w.lease_digest, w.claim_request_id, w.claimed_at,
-			w.lease_expires_at, w.deadline, w.heartbeat_at, w.ended_at, w.result::jsonb,
-			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
-		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
-		RETURNING run_id, created_at, not_before)
-		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`),
+	rows, err := q.db.Query(ctx, runsCreateQueuedSQL(onConflict),
 		rID, rTenant, rJob, rChannel, rRef, rCommit, rParams, rActor, rReason, rSource, rKey, rState, rDecision,
 		rGrants, rLeaseKeys, rWaiting, rSpec, rMax, rCounted, rCancel, rCreated, rUpdated, rFinished,
 		aID, rID, aTenant, aNumber, aState, aPool, aLabels, aTTL, aTimeout, aNotBefore, aRunner, aDigest, aRequest,

@@ -89,3 +89,21 @@ func AuditSQL() (list, scan string) { return auditListSQL, auditScanSQL }
 func LookupSQL() (leaseLiveRun, attemptByClaimRequest string) {
 	return leaseLiveRunSQL, attemptByClaimRequestSQL
 }
+
+// GenericSQL returns the statements that run with generic plans, by name.
+func GenericSQL() map[string]string {
+	return map[string]string{
+		"RunUpdates":                 runUpdatesSQL,
+		"AttemptRunUpdates":          attemptRunUpdatesSQL,
+		"LogAppends":                 logAppendsSQL,
+		"RunsCreateQueued":           runsCreateQueuedSQL(""),
+		"RunsCreateQueued with keys": runsCreateQueuedSQL("ON CONFLICT DO NOTHING"),
+		"AttemptsForCall":            attemptsForCallSQL,
+	}
+}
+
+// SetGenericSQL is what precedes a statement marked generic.
+const SetGenericSQL = setGenericSQL
+
+// SweepSQL returns the statements of AttemptListExpired and NoncePurge.
+func SweepSQL() (expired, noncePurge string) { return attemptListExpiredSQL, noncePurgeSQL }

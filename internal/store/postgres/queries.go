@@ -67,6 +67,15 @@ type scanner interface{ Scan(dest ...any) error }
 // nowSQL is the statement clock unless the caller passes a time as $1.
 const nowSQL = "coalesce($1::timestamptz, clock_timestamp())"
 
+// sweepNowSQL is the time a sweep compares an indexed column with: the
+// statement's start unless the caller passes a time as $1. clock_timestamp()
+// is volatile, so PostgreSQL cannot make a comparison with it an index
+// condition: the sweep then read every entry of its index, and every row
+// behind them, at every round (the reaper read all 16,000 attempts ever
+// leased, once a second, to find none expired). A sweep only lists
+// candidates; what it does to each is decided again under the row's lock.
+const sweepNowSQL = "coalesce($1::timestamptz, statement_timestamp())"
+
 func limit(n int) any {
 	if n <= 0 {
 		return nil // LIMIT NULL is no limit
@@ -376,13 +385,16 @@ func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun 
 	return a, r, t.UTC(), nil
 }
 
+// attemptsForCallSQL is AttemptsForCall's statement.
+var attemptsForCallSQL = generic(`SELECT ` + attemptColsQ + `, ` + runColsQ + `, ` + nowSQL + `
+		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = ANY($2::text[])
+		ORDER BY attempts.id FOR UPDATE`)
+
 // AttemptsForCall locks the attempts and their runs in one statement, in
 // attempt ID order (one order for every caller that locks several). Its
 // plan is generic: by primary key, whatever the IDs.
 func (q *queries) AttemptsForCall(ctx context.Context, ids []string, now *time.Time) ([]store.CallRows, error) {
-	rows, err := q.db.Query(ctx, generic(`SELECT `+attemptColsQ+`, `+runColsQ+`, `+nowSQL+`
-		FROM attempts JOIN runs ON runs.id = attempts.run_id WHERE attempts.id = ANY($2::text[])
-		ORDER BY attempts.id FOR UPDATE`), now, ids)
+	rows, err := q.db.Query(ctx, attemptsForCallSQL, now, ids)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -420,10 +432,12 @@ func (q *queries) AttemptListByRuns(ctx context.Context, runIDs []string) ([]*st
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts WHERE run_id = ANY($1) ORDER BY run_id, number`, runIDs)
 }
 
+const attemptListExpiredSQL = `SELECT ` + attemptCols + ` FROM attempts
+		WHERE state = 'leased' AND lease_expires_at <= ` + sweepNowSQL + `
+		ORDER BY lease_expires_at, id LIMIT $2`
+
 func (q *queries) AttemptListExpired(ctx context.Context, p *store.AttemptListExpiredParams) ([]*store.Attempt, error) {
-	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
-		WHERE state = 'leased' AND lease_expires_at <= `+nowSQL+`
-		ORDER BY lease_expires_at, id LIMIT $2`, p.Now, limit(p.Limit))
+	return q.attempts(ctx, attemptListExpiredSQL, p.Now, limit(p.Limit))
 }
 
 func (q *queries) AttemptListLeasedByRunner(ctx context.Context, runnerID string) ([]*store.Attempt, error) {
@@ -564,8 +578,10 @@ func (q *queries) NonceInsert(ctx context.Context, runnerID, nonce string, expir
 	return nil
 }
 
+const noncePurgeSQL = `DELETE FROM nonces WHERE expires_at < ` + sweepNowSQL
+
 func (q *queries) NoncePurge(ctx context.Context, now *time.Time) (int, error) {
-	tag, err := q.db.Exec(ctx, `DELETE FROM nonces WHERE expires_at < `+nowSQL, now)
+	tag, err := q.db.Exec(ctx, noncePurgeSQL, now)
 	if err != nil {
 		return 0, interpretError(err)
 	}
