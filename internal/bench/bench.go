@@ -74,6 +74,9 @@ type Config struct {
 	// CommitBatch bounds the calls of one group transaction; 1 turns group
 	// commit off (for comparison), 0 is the server's default.
 	CommitBatch int
+	// CommitConcurrency bounds the server's group transactions in flight
+	// at once; 0 is the server's default.
+	CommitConcurrency int
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Progress, when set, is called from one goroutine about five times a
@@ -185,7 +188,7 @@ type Transactions struct {
 // returned too.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.defaults()
-	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, MaxConns: 2*(cfg.Workers+cfg.Clients) + cfg.Idle})
+	env, err := StartEnv(ctx, EnvConfig{DB: cfg.DB, Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, CommitConcurrency: cfg.CommitConcurrency, MaxConns: 2*(cfg.Workers+cfg.Clients) + cfg.Idle})
 	if err != nil {
 		return nil, err
 	}

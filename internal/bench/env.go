@@ -52,6 +52,8 @@ type EnvConfig struct {
 	Logger *slog.Logger
 	// CommitBatch is passed to the server (1 turns group commit off).
 	CommitBatch int
+	// CommitConcurrency is passed to the server (0: its default).
+	CommitConcurrency int
 	// MaxConns bounds the idle HTTP connections kept to the server; it
 	// should be at least the number of concurrent callers. Zero is 64.
 	MaxConns int
@@ -125,7 +127,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (env *Env, err error) {
 		srv, err = server.Start(ctx, config.Server{
 			Listen: addr, DB: db, Definitions: repo, Channels: map[string]string{Channel: "main"},
 			DataDir: filepath.Join(dir, "data"), AdminToken: token,
-		}, server.Options{Logger: cfg.Logger, CommitBatch: cfg.CommitBatch})
+		}, server.Options{Logger: cfg.Logger, CommitBatch: cfg.CommitBatch, CommitConcurrency: cfg.CommitConcurrency})
 		if err == nil {
 			break
 		}

@@ -15,24 +15,25 @@ import (
 // BenchCmd measures request and claim+result throughput of no-op runs
 // through the HTTP API on an in-process server.
 type BenchCmd struct {
-	DB           string `name:"db" help:"Store to measure: sqlite:PATH or a postgres:// URL (default: SQLite in a temporary directory). The benchmark inserts rows: use a database of its own." placeholder:"DSN"`
-	Runs         int    `default:"2000" help:"Runs to request and then claim."`
-	Workers      int    `default:"8" help:"Runner identities claiming concurrently."`
-	Clients      int    `default:"4" help:"Concurrent clients requesting runs."`
-	Dispatch     int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
-	ClaimMax     int    `name:"claim-max" default:"1" help:"Attempts a runner claims per request in the claim+result and lifecycle phases (the claim's max); above 1 each runner works on that many at once."`
-	BatchResults bool   `name:"batch-results" help:"Have a runner report the results of the attempts it claimed together in one signed call (POST /v1/runner/results) instead of one call each; useful with --claim-max."`
-	RequestBatch int    `name:"request-batch" default:"1" help:"Runs a client requests per call in the request and lifecycle phases (POST /v1/runs/batch above 1, as a backfill would); the dispatch phase always requests one at a time."`
-	CommitBatch  int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
-	Backlog      int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
-	Idle         int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
-	IdleProcs    int    `name:"idle-procs" help:"With --idle: put the waiting runners in this many child processes, so that the memory reported is the server's alone (and more runners fit under the per-process descriptor limit)." placeholder:"P"`
-	Renew        bool   `name:"renew" help:"Have each lifecycle run renew its lease once before its result, as the lifecycle did up to session 5. The worker renews every third of the lease TTL, so a no-op job never does."`
-	LogsApart    bool   `name:"logs-apart" help:"Send each lifecycle run's log chunk in a call of its own before the result, instead of with the result as the worker does (the request shape before the result carried logs)."`
-	Raw          bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
-	RawBatch     int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
-	JSON         bool   `help:"Print the result as JSON." name:"json"`
-	LogLevel     string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
+	DB                string `name:"db" help:"Store to measure: sqlite:PATH or a postgres:// URL (default: SQLite in a temporary directory). The benchmark inserts rows: use a database of its own." placeholder:"DSN"`
+	Runs              int    `default:"2000" help:"Runs to request and then claim."`
+	Workers           int    `default:"8" help:"Runner identities claiming concurrently."`
+	Clients           int    `default:"4" help:"Concurrent clients requesting runs."`
+	Dispatch          int    `default:"200" help:"Runs of the dispatch-latency phase (one at a time, runners idle in long polls)."`
+	ClaimMax          int    `name:"claim-max" default:"1" help:"Attempts a runner claims per request in the claim+result and lifecycle phases (the claim's max); above 1 each runner works on that many at once."`
+	BatchResults      bool   `name:"batch-results" help:"Have a runner report the results of the attempts it claimed together in one signed call (POST /v1/runner/results) instead of one call each; useful with --claim-max."`
+	RequestBatch      int    `name:"request-batch" default:"1" help:"Runs a client requests per call in the request and lifecycle phases (POST /v1/runs/batch above 1, as a backfill would); the dispatch phase always requests one at a time."`
+	CommitBatch       int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
+	CommitConcurrency int    `name:"commit-concurrency" default:"0" help:"Group transactions the server keeps in flight at once on PostgreSQL (0: its default, 2)."`
+	Backlog           int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
+	Idle              int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
+	IdleProcs         int    `name:"idle-procs" help:"With --idle: put the waiting runners in this many child processes, so that the memory reported is the server's alone (and more runners fit under the per-process descriptor limit)." placeholder:"P"`
+	Renew             bool   `name:"renew" help:"Have each lifecycle run renew its lease once before its result, as the lifecycle did up to session 5. The worker renews every third of the lease TTL, so a no-op job never does."`
+	LogsApart         bool   `name:"logs-apart" help:"Send each lifecycle run's log chunk in a call of its own before the result, instead of with the result as the worker does (the request shape before the result carried logs)."`
+	Raw               bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
+	RawBatch          int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
+	JSON              bool   `help:"Print the result as JSON." name:"json"`
+	LogLevel          string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
 	// CPUProfile profiles the whole process: server, clients and runners
 	// share it, as they share the machine.
 	CPUProfile string `name:"cpuprofile" help:"Write a CPU profile of the whole benchmark (server and callers) to this file." placeholder:"FILE"`
@@ -58,7 +59,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
-		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, ClaimMax: c.ClaimMax, LogsApart: c.LogsApart, Renew: c.Renew, BatchResults: c.BatchResults, RequestBatch: c.RequestBatch, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
+		Dispatch: c.Dispatch, CommitBatch: c.CommitBatch, CommitConcurrency: c.CommitConcurrency, ClaimMax: c.ClaimMax, LogsApart: c.LogsApart, Renew: c.Renew, BatchResults: c.BatchResults, RequestBatch: c.RequestBatch, Backlog: c.Backlog, Idle: c.Idle, IdleProcs: c.IdleProcs,
 		Logger: newLogger(g.Stderr, c.LogLevel),
 	}
 	if c.CPUProfile != "" {

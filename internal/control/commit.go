@@ -35,13 +35,22 @@ import (
 // DefaultCommitBatch bounds how many bodies share one transaction.
 const DefaultCommitBatch = 128
 
-// defaultCommitters is how many group transactions may be in flight at once
-// on a store that runs writers concurrently (PostgreSQL): calls only wait to
-// be grouped when that many are already running, so a lightly loaded server
-// answers as soon as its own transaction commits. A store with one writer
-// (SQLite) gets one: the calls that arrive while it commits form the next
-// group instead of queueing at the write lock one by one.
-const defaultCommitters = 4
+// DefaultCommitConcurrency is how many group transactions may be in flight
+// at once on a store that runs writers concurrently (PostgreSQL): calls only
+// wait to be grouped when that many are already running, so a lightly
+// loaded server answers as soon as its own transaction commits. A store
+// with one writer (SQLite) gets one: the calls that arrive while it commits
+// form the next group instead of queueing at the write lock one by one.
+//
+// Two, not more: with more transactions in flight each group is smaller
+// and they wait on each other inside PostgreSQL (the same index pages, the
+// same rows of a scope's queue, the log's insertion locks). Measured with
+// `jobplane bench` in shape E, alternated round by round (docs/benchmarks.md,
+// "Session 11"): two against four, PostgreSQL's CPU per lifecycle run fell
+// by a quarter (998 -> 740 µs, medians of 6) and the lifecycle was faster
+// in every round (1.07x); eight cost half as much again as four, and one
+// left the database idle while each group's commit was flushed.
+const DefaultCommitConcurrency = 2
 
 // singleWriterLinger: on a store with one writer, a group about to start
 // with fewer than lingerBelow bodies waits this long, once, for more. Each
@@ -100,11 +109,14 @@ type CommitStats struct {
 	Bodies       int64 `json:"bodies"`
 }
 
-func newCommitter(st store.Store, max int) *committer {
+func newCommitter(st store.Store, max, concurrency int) *committer {
 	if max <= 0 {
 		max = DefaultCommitBatch
 	}
-	workers := defaultCommitters
+	workers := concurrency
+	if workers <= 0 {
+		workers = DefaultCommitConcurrency
+	}
 	locks := true
 	if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
 		workers, locks = 1, false

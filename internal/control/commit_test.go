@@ -43,7 +43,7 @@ func (g *gatedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error
 // and an expiry time for the nonces the tests insert.
 func gatedCommitter(st store.Store) (*gatedStore, *committer, time.Time) {
 	g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-	c := newCommitter(g, 0)
+	c := newCommitter(g, 0, 0)
 	c.workers = 1
 	return g, c, time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 }
@@ -257,7 +257,7 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 
 		// Without grouping (commit batch 1) the nonce goes in the call's
 		// own transaction, before its body.
-		c1 := newCommitter(st, 1)
+		c1 := newCommitter(st, 1, 0)
 		ran := 0
 		body := func(tx store.Tx) error { ran++; return nil }
 		p := pending("solo")
@@ -307,7 +307,7 @@ func TestGroupCommitFailedCommit(t *testing.T) {
 	st := testdb.SQLite(t)
 	boom := errors.New("commit failed")
 	f := &failingStore{Store: st, err: boom}
-	c := newCommitter(f, 0)
+	c := newCommitter(f, 0, 0)
 	ops := []*commitOp{
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
@@ -325,7 +325,7 @@ func TestGroupCommitContentionSplits(t *testing.T) {
 	ctx := context.Background()
 	st := testdb.SQLite(t)
 	f := &contendedStore{Store: st}
-	c := newCommitter(f, 0)
+	c := newCommitter(f, 0, 0)
 	exp := time.Now().Add(time.Hour).UTC()
 	var ran []string
 	ops := []*commitOp{
@@ -569,4 +569,73 @@ func TestGroupCommitLockOrder(t *testing.T) {
 			require.NoError(t, err, k)
 		}
 	})
+}
+
+// concurrentStore counts the transactions in flight and holds each until
+// release is closed. It hides the SQLite store's SingleWriter, so the
+// committer treats it as a store with concurrent writers (PostgreSQL).
+type concurrentStore struct {
+	store.Store
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	release  chan struct{}
+}
+
+func (s *concurrentStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	s.mu.Unlock()
+	<-s.release
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	return s.Store.InTx(ctx, fn)
+}
+
+// TestCommitConcurrency: on a store with concurrent writers the committer
+// keeps at most its concurrency of group transactions in flight
+// (DefaultCommitConcurrency unless set); the calls beyond wait and are
+// grouped, and every call is answered.
+func TestCommitConcurrency(t *testing.T) {
+	for _, c := range []struct {
+		set, want int
+	}{{0, DefaultCommitConcurrency}, {3, 3}, {1, 1}} {
+		t.Run(fmt.Sprint(c.set), func(t *testing.T) {
+			ctx := context.Background()
+			st := &concurrentStore{Store: testdb.SQLite(t), release: make(chan struct{})}
+			cm := newCommitter(st, 0, c.set)
+			const calls = 12
+			var wg sync.WaitGroup
+			errs := make([]error, calls)
+			inFlight := func() int {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				return st.inFlight
+			}
+			queued := func() int {
+				cm.mu.Lock()
+				defer cm.mu.Unlock()
+				return len(cm.queue)
+			}
+			for i := range calls {
+				wg.Go(func() { errs[i] = cm.do(ctx, func(store.Tx) error { return nil }) })
+				if i < c.want { // one call per group until every worker is busy
+					require.Eventually(t, func() bool { return inFlight() == i+1 }, 10*time.Second, time.Millisecond)
+				}
+			}
+			require.Eventually(t, func() bool { return queued() == calls-c.want }, 10*time.Second, time.Millisecond,
+				"the calls beyond the concurrency wait")
+			require.Equal(t, c.want, inFlight(), "group transactions in flight")
+			close(st.release)
+			wg.Wait()
+			for i, err := range errs {
+				require.NoError(t, err, "call %d", i)
+			}
+			require.Equal(t, c.want, st.most, "group transactions in flight at once")
+		})
+	}
 }

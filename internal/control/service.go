@@ -123,6 +123,10 @@ type Config struct {
 	// CommitBatch bounds the calls that share one group transaction
 	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
 	CommitBatch int
+	// CommitConcurrency bounds the group transactions in flight at once
+	// on a store with concurrent writers (commit.go); 0 is
+	// DefaultCommitConcurrency. A store with one writer always has one.
+	CommitConcurrency int
 	// Artifacts configures artifact storage and source tickets.
 	Artifacts ArtifactConfig
 	// Metrics receives measurements (internal/metrics); nil records nothing.
@@ -172,7 +176,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
 		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
-		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch), gh: cfg.GitHub}, nil
+		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch, cfg.CommitConcurrency), gh: cfg.GitHub}, nil
 }
 
 // mapStoreErr turns store failures into protocol refusals: a lost commit is

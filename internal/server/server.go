@@ -54,6 +54,8 @@ type Options struct {
 	SealInterval time.Duration
 	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
 	CommitBatch int
+	// CommitConcurrency is control.Config.CommitConcurrency.
+	CommitConcurrency int
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -129,7 +131,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	mets := metrics.New(st, opts.Clock, opts.Logger)
 	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
 		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Artifacts: arts, Metrics: mets,
-		CommitBatch: opts.CommitBatch, GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
+		CommitBatch: opts.CommitBatch, CommitConcurrency: opts.CommitConcurrency, GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
 		return nil, err
