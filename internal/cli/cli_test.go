@@ -191,6 +191,9 @@ func TestUsageErrors(t *testing.T) {
 	code, _, errOut = run(t, "frobnicate")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "unexpected argument")
+	code, _, errOut = run(t, "server", "--definitions", t.TempDir(), "--commit-concurrency", "-1")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--commit-concurrency")
 }
 
 // stdinFor feeds "secrets set" a value; other commands read nothing.

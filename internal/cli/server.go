@@ -22,20 +22,21 @@ import (
 
 // ServerCmd runs the control plane.
 type ServerCmd struct {
-	Listen           string        `default:"127.0.0.1:7420" help:"Address to listen on."`
-	DB               string        `name:"db" help:"sqlite:PATH (default: DATA-DIR/jobplane.db) or a postgres:// URL." placeholder:"DSN"`
-	Definitions      string        `required:"" help:"Definitions repository: a local path (read in place) or a URL (file://, https://, ssh://; mirrored under DATA-DIR/mirror and fetched every --sync-interval)." placeholder:"REPO"`
-	Channel          []string      `help:"Channel to branch mapping NAME=BRANCH, or NAME=PATTERN for a pattern channel whose runs name the branch, e.g. 'sandbox=feature/*' (repeatable; default prod=main)." placeholder:"NAME=BRANCH"`
-	Protected        []string      `help:"Branch (or pattern) whose channels count as protected in policies (repeatable; default main)." placeholder:"BRANCH"`
-	SyncInterval     time.Duration `name:"sync-interval" default:"30s" help:"How often to fetch the definitions repository and record catalog activations and rejections."`
-	DataDir          string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
-	PublicURL        string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
-	SourceRepo       []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
-	LogLevel         string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
-	GitHubAppID      int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
-	GitHubPrivateKey string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
-	GitHubAPI        string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
-	GitHubChannel    string        `name:"github-channel" default:"prod" help:"Channel of --definitions that GitHub installations without a .jobplane repository use; pull-request runs are recorded under it." placeholder:"NAME"`
+	Listen            string        `default:"127.0.0.1:7420" help:"Address to listen on."`
+	DB                string        `name:"db" help:"sqlite:PATH (default: DATA-DIR/jobplane.db) or a postgres:// URL." placeholder:"DSN"`
+	Definitions       string        `required:"" help:"Definitions repository: a local path (read in place) or a URL (file://, https://, ssh://; mirrored under DATA-DIR/mirror and fetched every --sync-interval)." placeholder:"REPO"`
+	Channel           []string      `help:"Channel to branch mapping NAME=BRANCH, or NAME=PATTERN for a pattern channel whose runs name the branch, e.g. 'sandbox=feature/*' (repeatable; default prod=main)." placeholder:"NAME=BRANCH"`
+	Protected         []string      `help:"Branch (or pattern) whose channels count as protected in policies (repeatable; default main)." placeholder:"BRANCH"`
+	SyncInterval      time.Duration `name:"sync-interval" default:"30s" help:"How often to fetch the definitions repository and record catalog activations and rejections."`
+	DataDir           string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
+	PublicURL         string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
+	SourceRepo        []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
+	LogLevel          string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	GitHubAppID       int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
+	GitHubPrivateKey  string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
+	GitHubAPI         string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
+	GitHubChannel     string        `name:"github-channel" default:"prod" help:"Channel of --definitions that GitHub installations without a .jobplane repository use; pull-request runs are recorded under it." placeholder:"NAME"`
+	CommitConcurrency int           `name:"commit-concurrency" default:"0" help:"PostgreSQL: group transactions in flight at once (0: the default, 2, measured on 2 cores; raise it toward the database's cores when it has more to itself). SQLite always has one writer." placeholder:"N"`
 }
 
 // Run starts the server and blocks until interrupted.
@@ -55,8 +56,11 @@ func (c *ServerCmd) Run(g *Globals) error {
 			WebhookSecret:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET"),
 			PreviousWebhookSecret: os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS"),
 			PreviousUntil:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS_UNTIL")}}
+	if c.CommitConcurrency < 0 {
+		return &config.FieldError{Field: "--commit-concurrency", Message: fmt.Sprintf("%d is negative: give 0 for the default or a number of transactions", c.CommitConcurrency)}
+	}
 	log := newLogger(g.Stderr, c.LogLevel)
-	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log})
+	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log, CommitConcurrency: c.CommitConcurrency})
 	if err != nil {
 		return err
 	}
