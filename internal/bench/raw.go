@@ -126,6 +126,15 @@ func (p *pgRaw) setup(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
+	// The claim's index, the queued rows in claim order, as a queue would
+	// have it: without one each claim walked the primary key past every row
+	// claimed before, which kept the ceiling below a queue's (until session
+	// 11, by about a tenth). An index on (state, id), as the SQLite table
+	// has, is not used here: planned when every row is queued, the primary
+	// key looks as good, and the index only costs the updates.
+	if _, err := p.pool.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+rawTable+`_queued ON `+rawTable+` (id) WHERE state = 'queued'`); err != nil {
+		return err
+	}
 	if _, err := p.pool.Exec(ctx, `TRUNCATE `+rawTable); err != nil {
 		return err
 	}
@@ -136,19 +145,16 @@ func (p *pgRaw) setup(ctx context.Context, n int) error {
 	return err
 }
 
+// claim is one autocommit statement: a transaction of its own in one
+// round trip, the least a claim can cost.
 func (p *pgRaw) claim(ctx context.Context, batch int) ([]int64, error) {
-	var ids []int64
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `UPDATE `+rawTable+` SET state = 'running', claims = claims + 1
-			WHERE id = ANY(ARRAY(SELECT id FROM `+rawTable+` WHERE state = 'queued' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
-			RETURNING id`, batch)
-		if err != nil {
-			return err
-		}
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
-	return ids, err
+	rows, err := p.pool.Query(ctx, `UPDATE `+rawTable+` SET state = 'running', claims = claims + 1
+		WHERE id = ANY(ARRAY(SELECT id FROM `+rawTable+` WHERE state = 'queued' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+		RETURNING id`, batch)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 func (p *pgRaw) complete(ctx context.Context, ids []int64) error {
