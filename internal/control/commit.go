@@ -44,12 +44,14 @@ const DefaultCommitBatch = 128
 //
 // Two, not more: with more transactions in flight each group is smaller
 // and they wait on each other inside PostgreSQL (the same index pages, the
-// same rows of a scope's queue, the log's insertion locks). Measured with
-// `jobplane bench` in shape E, alternated round by round (docs/benchmarks.md,
-// "Session 11"): two against four, PostgreSQL's CPU per lifecycle run fell
-// by a quarter (998 -> 740 µs, medians of 6) and the lifecycle was faster
-// in every round (1.07x); eight cost half as much again as four, and one
-// left the database idle while each group's commit was flushed.
+// same rows of a scope's queue, the write-ahead log's insertion locks).
+// Measured with `jobplane bench` in shape E, alternated round by round
+// (docs/benchmarks.md, "Session 11"): two against four, PostgreSQL's CPU
+// per lifecycle run fell by a quarter (998 -> 740 µs, medians of 6) and
+// the lifecycle was faster in every round (1.07x); eight cost half as much
+// again as four, and one left the database idle while each group's commit
+// was flushed. Operators with a larger database raise it
+// (--commit-concurrency).
 const DefaultCommitConcurrency = 2
 
 // singleWriterLinger: on a store with one writer, a group about to start
