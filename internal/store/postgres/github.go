@@ -167,30 +167,29 @@ func (q *queries) GitHubCheckUpdateList(ctx context.Context, runID string) ([]*s
 	return collect(rows, func(r pgx.Rows) (*store.GitHubCheckUpdate, error) { return scanGitHubCheckUpdate(r) })
 }
 
-// gitHubCheckClaimSQL is GitHubCheckClaim's statement. It lists the due
-// entries against the statement's start, through the outbox's index
-// (sweepNowSQL); the UPDATE re-checks each against the clock.
-const gitHubCheckClaimSQL = `WITH due AS (
-			SELECT run_id, min(next_attempt_at) AS first_due, min(seq) AS first_seq FROM github_check_outbox
-			WHERE sent_at IS NULL AND next_attempt_at <= ` + sweepNowSQL + `
-			GROUP BY run_id ORDER BY first_due, first_seq LIMIT $2
-		), locked AS (
-			SELECT c.run_id FROM github_check_runs c JOIN due ON due.run_id = c.run_id
-			FOR UPDATE OF c SKIP LOCKED
-		), claimed AS (
-			UPDATE github_check_outbox o SET next_attempt_at = ` + nowSQL + ` + $3 * interval '1 microsecond'
-			FROM locked WHERE o.run_id = locked.run_id AND o.sent_at IS NULL AND o.next_attempt_at <= ` + nowSQL + `
-			RETURNING o.*
-		)
-		SELECT DISTINCT ON (run_id) ` + ghCheckUpdateCols + ` FROM claimed ORDER BY run_id, seq DESC`
-
 // GitHubCheckClaim locks the runs' Check Run rows with SKIP LOCKED, so
 // concurrent dispatchers take different runs; the UPDATE re-checks that an
 // entry is still due, so a dispatcher whose snapshot predates another's
 // claim of the same run updates nothing (PostgreSQL re-evaluates the WHERE
 // clause on the newest row version).
 func (q *queries) GitHubCheckClaim(ctx context.Context, p *store.GitHubCheckClaimParams) ([]*store.GitHubCheckUpdate, error) {
-	rows, err := q.db.Query(ctx, gitHubCheckClaimSQL, p.Now, limit(p.Limit), p.Hold.Microseconds())
+	// The due entries are listed against the statement's start, through
+	// the outbox's index (sweepNowSQL); the UPDATE re-checks each against
+	// the clock.
+	rows, err := q.db.Query(ctx, `WITH due AS (
+			SELECT run_id, min(next_attempt_at) AS first_due, min(seq) AS first_seq FROM github_check_outbox
+			WHERE sent_at IS NULL AND next_attempt_at <= `+sweepNowSQL+`
+			GROUP BY run_id ORDER BY first_due, first_seq LIMIT $2
+		), locked AS (
+			SELECT c.run_id FROM github_check_runs c JOIN due ON due.run_id = c.run_id
+			FOR UPDATE OF c SKIP LOCKED
+		), claimed AS (
+			UPDATE github_check_outbox o SET next_attempt_at = `+nowSQL+` + $3 * interval '1 microsecond'
+			FROM locked WHERE o.run_id = locked.run_id AND o.sent_at IS NULL AND o.next_attempt_at <= `+nowSQL+`
+			RETURNING o.*
+		)
+		SELECT DISTINCT ON (run_id) `+ghCheckUpdateCols+` FROM claimed ORDER BY run_id, seq DESC`,
+		p.Now, limit(p.Limit), p.Hold.Microseconds())
 	if err != nil {
 		return nil, interpretError(err)
 	}
