@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"github.com/jobplane/jobplane/internal/bench"
@@ -39,7 +40,10 @@ type BenchCmd struct {
 	CPUProfile string `name:"cpuprofile" help:"Write a CPU profile of the whole benchmark (server and callers) to this file." placeholder:"FILE"`
 	// ProfilePhase narrows the profile to one phase, whose cost would
 	// otherwise be mixed with the others' (the raw loops above all).
-	ProfilePhase string `name:"profile-phase" enum:",request,claim+result,lifecycle,dispatch" default:"" help:"With --cpuprofile: profile only this phase (request, claim+result, lifecycle or dispatch)."`
+	ProfilePhase string `name:"profile-phase" enum:",request,claim+result,lifecycle,dispatch" default:"" help:"With --cpuprofile or --memprofile: profile only this phase (request, claim+result, lifecycle or dispatch)."`
+	// MemProfile finds the garbage: the collector's cost grows with what
+	// is allocated, not with what is kept.
+	MemProfile string `name:"memprofile" help:"Write an allocation profile to this file; with --profile-phase also FILE.base as the phase starts (go tool pprof -sample_index=alloc_space -base FILE.base jobplane FILE)." placeholder:"FILE"`
 }
 
 // Run performs the measurement. It fails (exit 1) when any run did not
@@ -90,8 +94,23 @@ func (c *BenchCmd) Run(g *Globals) error {
 				}
 			}()
 		}
-	} else if c.ProfilePhase != "" {
-		return errors.New("--profile-phase needs --cpuprofile")
+	} else if c.ProfilePhase != "" && c.MemProfile == "" {
+		return errors.New("--profile-phase needs --cpuprofile or --memprofile")
+	}
+	if c.MemProfile != "" {
+		mp := &memProfile{path: c.MemProfile, phase: c.ProfilePhase}
+		cpuHook := cfg.PhaseHook
+		cfg.PhaseHook = func(phase string, start bool) {
+			if cpuHook != nil {
+				cpuHook(phase, start)
+			}
+			mp.hook(phase, start)
+		}
+		defer func() {
+			if err := mp.finish(); err != nil {
+				fmt.Fprintf(g.Stderr, "jobplane bench: memory profile: %v\n", err)
+			}
+		}()
 	}
 	if c.IdleProcs > 0 {
 		exe, err := os.Executable()
@@ -123,6 +142,53 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return errors.New("interrupted")
 	}
 	return err
+}
+
+// memProfile writes the allocation profile. The runtime counts from the
+// process's start, so with a phase it writes two: FILE.base as the phase
+// starts and FILE as it ends, to be read with pprof's -base.
+type memProfile struct {
+	path  string
+	phase string
+	done  bool
+	err   error
+}
+
+func (m *memProfile) write(path string) error {
+	runtime.GC() // the profile is as of the last collection
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (m *memProfile) hook(phase string, start bool) {
+	if m.phase == "" || phase != m.phase || m.err != nil {
+		return
+	}
+	if start {
+		m.err = m.write(m.path + ".base")
+		return
+	}
+	m.err = m.write(m.path)
+	m.done = true
+}
+
+func (m *memProfile) finish() error {
+	switch {
+	case m.err != nil:
+		return m.err
+	case m.phase == "":
+		return m.write(m.path)
+	case !m.done:
+		return fmt.Errorf("phase %q did not run", m.phase)
+	}
+	return nil
 }
 
 // benchIsTerminal reports whether w is a character device (a terminal).

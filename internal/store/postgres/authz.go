@@ -48,7 +48,7 @@ func (q *queries) RunListPendingApproval(ctx context.Context, createdBefore time
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return scanRun(r) })
+	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return q.noteRun(scanRun(r)) })
 }
 
 // collect scans every row with fn and closes rows.

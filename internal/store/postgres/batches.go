@@ -23,7 +23,7 @@ type runArrays struct {
 	ids, states, waiting []string
 	decisions, grants    []*string
 	counted              []int64
-	cancel               []bool
+	cancel, keep         []bool
 	updated, finished    []*time.Time
 }
 
@@ -31,16 +31,22 @@ func newRunArrays(n int) *runArrays {
 	return &runArrays{
 		ids: make([]string, 0, n), states: make([]string, 0, n), waiting: make([]string, 0, n),
 		decisions: make([]*string, 0, n), grants: make([]*string, 0, n), counted: make([]int64, 0, n),
-		cancel: make([]bool, 0, n), updated: make([]*time.Time, 0, n), finished: make([]*time.Time, 0, n),
+		cancel: make([]bool, 0, n), keep: make([]bool, 0, n), updated: make([]*time.Time, 0, n), finished: make([]*time.Time, 0, n),
 	}
 }
 
-func (x *runArrays) add(r *store.Run) {
+func (x *runArrays) add(r *store.Run, keep bool) {
 	x.ids = append(x.ids, r.ID)
 	x.states = append(x.states, string(r.State))
 	x.waiting = append(x.waiting, r.WaitingFor)
-	x.decisions = append(x.decisions, jsonText(r.Decision))
-	x.grants = append(x.grants, jsonText(r.Grants))
+	x.keep = append(x.keep, keep)
+	if keep {
+		x.decisions = append(x.decisions, nil)
+		x.grants = append(x.grants, nil)
+	} else {
+		x.decisions = append(x.decisions, jsonText(r.Decision))
+		x.grants = append(x.grants, jsonText(r.Grants))
+	}
 	x.counted = append(x.counted, int64(r.CountedAttempts))
 	x.cancel = append(x.cancel, r.CancelRequested)
 	var updated *time.Time
@@ -66,32 +72,32 @@ func jsonText(m json.RawMessage) *string {
 // parameter $first on.
 func runsFromSQL(first int) string {
 	return fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::bigint[],
-		$%d::boolean[], $%d::timestamptz[], $%d::timestamptz[])
-		AS u(rid, rstate, waiting_for, decision, grants, counted_attempts, cancel_requested, updated_at, finished_at)`,
-		first, first+1, first+2, first+3, first+4, first+5, first+6, first+7, first+8)
+		$%d::boolean[], $%d::timestamptz[], $%d::timestamptz[], $%d::boolean[])
+		AS u(rid, rstate, waiting_for, decision, grants, counted_attempts, cancel_requested, updated_at, finished_at, keep)`,
+		first, first+1, first+2, first+3, first+4, first+5, first+6, first+7, first+8, first+9)
 }
 
 func (x *runArrays) args() []any {
-	return []any{x.ids, x.states, x.waiting, x.decisions, x.grants, x.counted, x.cancel, x.updated, x.finished}
+	return []any{x.ids, x.states, x.waiting, x.decisions, x.grants, x.counted, x.cancel, x.updated, x.finished, x.keep}
 }
 
-const runsSetSQL = `UPDATE runs SET state = u.rstate, decision = u.decision::jsonb, grants = u.grants::jsonb,
+var runsSetSQL = `UPDATE runs SET state = u.rstate, ` + keptRecordsSQL("u.decision::jsonb", "u.grants::jsonb", "u.keep") + `,
 	waiting_for = u.waiting_for, counted_attempts = u.counted_attempts, cancel_requested = u.cancel_requested,
 	updated_at = coalesce(u.updated_at, clock_timestamp()), finished_at = u.finished_at`
 
-// runUpdatesSQL updates the runs of runArrays ($1…$9) by ID.
+// runUpdatesSQL updates the runs of runArrays ($1…$10) by ID.
 var runUpdatesSQL = generic(runsSetSQL + ` FROM ` + runsFromSQL(1) + ` WHERE runs.id = u.rid`)
 
-// attemptRunUpdatesSQL updates the runs of runArrays ($1…$9) and the
-// attempts of $10…$22, and counts the rows of each it found.
+// attemptRunUpdatesSQL updates the runs of runArrays ($1…$10) and the
+// attempts of $11…$23, and counts the rows of each it found.
 var attemptRunUpdatesSQL = generic(`WITH a AS (
 		UPDATE attempts SET state = v.state, runner_id = v.runner_id, lease_digest = v.lease_digest,
 			claim_request_id = v.claim_request_id, claimed_at = v.claimed_at, lease_expires_at = v.lease_expires_at,
 			deadline = v.deadline, heartbeat_at = v.heartbeat_at, ended_at = v.ended_at, result = v.result::jsonb,
 			not_before = v.not_before, blocked_on = v.blocked_on
-		FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[],
-			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-			$21::timestamptz[], $22::text[])
+		FROM unnest($11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::timestamptz[],
+			$17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::text[],
+			$22::timestamptz[], $23::text[])
 			AS v(id, state, runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline,
 			heartbeat_at, ended_at, result, not_before, blocked_on)
 		WHERE attempts.id = v.id RETURNING 1),
@@ -108,7 +114,7 @@ func (q *queries) RunUpdates(ctx context.Context, runs []*store.Run) error {
 	}
 	x := newRunArrays(len(runs))
 	for _, r := range runs {
-		x.add(r)
+		x.add(r, q.keepRecords(r))
 	}
 	tag, err := q.db.Exec(ctx, runUpdatesSQL, x.args()...)
 	if err != nil {
@@ -143,7 +149,7 @@ func (q *queries) AttemptRunUpdates(ctx context.Context, pairs []store.AttemptRu
 		ids[i], states[i], runners[i], digests[i], requests[i], blocked[i] = a.ID, string(a.State), a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.BlockedOn
 		claimed[i], expires[i], deadlines[i], heartbeats[i], ended[i] = a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt
 		results[i], notBefore[i] = jsonText(a.Result), a.NotBefore
-		x.add(p.Run)
+		x.add(p.Run, q.keepRecords(p.Run))
 	}
 	args := append(x.args(), ids, states, runners, digests, requests, claimed, expires, deadlines, heartbeats, ended,
 		results, notBefore, blocked)

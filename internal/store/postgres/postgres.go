@@ -283,7 +283,7 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
 	}
-	q := &queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s}
+	q := &queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s, read: map[*store.Run]runRecords{}}
 	if err := fn(q); err != nil {
 		_ = tx.Rollback(ctx)
 		return err

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -27,6 +29,9 @@ type queries struct {
 	// its commit, and flushLater sends the NOTIFY); wokeHere: it called
 	// WakeWatchers (tryTx broadcasts after its commit, with no NOTIFY).
 	woke, wokeHere bool
+	// read holds the records of the runs the transaction read (noteRun);
+	// nil outside a transaction.
+	read map[*store.Run]runRecords
 	// later holds what a transaction writes without needing an answer —
 	// its audit events and its wake-up notification — until just before
 	// its commit (flushLater), where they go in one statement: a round
@@ -266,7 +271,7 @@ func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimPara
 	var r *store.Run
 	a, err := scanAttempt(scanFunc(func(ad ...any) error {
 		var err error
-		r, err = scanRun(scanFunc(func(rd ...any) error { return row.Scan(append(ad, rd...)...) }))
+		r, err = q.noteRun(scanRun(scanFunc(func(rd ...any) error { return row.Scan(append(ad, rd...)...) })))
 		return err
 	}))
 	if err != nil {
@@ -312,7 +317,7 @@ func (q *queries) AttemptClaimRuns(ctx context.Context, p *store.AttemptClaimPar
 		var r *store.Run
 		a, err := scanAttempt(scanFunc(func(ad ...any) error {
 			var err error
-			r, err = scanRun(scanFunc(func(rd ...any) error { return rows.Scan(append(append([]any{&slot}, ad...), rd...)...) }))
+			r, err = q.noteRun(scanRun(scanFunc(func(rd ...any) error { return rows.Scan(append(append([]any{&slot}, ad...), rd...)...) })))
 			return err
 		}))
 		if err != nil {
@@ -374,9 +379,9 @@ func (q *queries) AttemptForCall(ctx context.Context, attemptID string, withRun 
 	var r *store.Run
 	a, err := scanAttempt(scanFunc(func(ad ...any) error {
 		var err error
-		r, err = scanRun(scanFunc(func(rd ...any) error {
+		r, err = q.noteRun(scanRun(scanFunc(func(rd ...any) error {
 			return row.Scan(append(append(ad, rd...), &t)...)
-		}))
+		})))
 		return err
 	}))
 	if err != nil {
@@ -404,9 +409,9 @@ func (q *queries) AttemptsForCall(ctx context.Context, ids []string, now *time.T
 		var c store.CallRows
 		c.Attempt, err = scanAttempt(scanFunc(func(ad ...any) error {
 			var err error
-			c.Run, err = scanRun(scanFunc(func(rd ...any) error {
+			c.Run, err = q.noteRun(scanRun(scanFunc(func(rd ...any) error {
 				return rows.Scan(append(append(ad, rd...), &c.Now)...)
-			}))
+			})))
 			return err
 		}))
 		if err != nil {
@@ -724,15 +729,15 @@ func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.At
 }
 
 func (q *queries) RunGetByID(ctx context.Context, runID string, forUpdate bool) (*store.Run, error) {
-	return scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`+forUpdateSQL(forUpdate), runID))
+	return q.noteRun(scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`+forUpdateSQL(forUpdate), runID)))
 }
 
 func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key string) (*store.Run, error) {
 	if key == "" {
 		return nil, store.ErrNotFound
 	}
-	return scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs
-		WHERE tenant = $1 AND actor = $2 AND idempotency_key = $3`, tenant, actor, key))
+	return q.noteRun(scanRun(q.db.QueryRow(ctx, `SELECT `+runCols+` FROM runs
+		WHERE tenant = $1 AND actor = $2 AND idempotency_key = $3`, tenant, actor, key)))
 }
 
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
@@ -743,7 +748,7 @@ func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return scanRun(r) })
+	return collect(rows, func(r pgx.Rows) (*store.Run, error) { return q.noteRun(scanRun(r)) })
 }
 
 // AttemptRunUpdate updates the attempt in a CTE and the run only when the
@@ -755,20 +760,68 @@ func (q *queries) AttemptRunUpdate(ctx context.Context, a *store.Attempt, r *sto
 		UPDATE attempts SET state = $10, runner_id = $11, lease_digest = $12, claim_request_id = $13,
 			claimed_at = $14, lease_expires_at = $15, deadline = $16, heartbeat_at = $17, ended_at = $18, result = $19,
 			not_before = $20, blocked_on = $21 WHERE id = $22 RETURNING 1)
-		UPDATE runs SET state = $2, decision = $3, grants = $4, waiting_for = $5,
+		UPDATE runs SET state = $2, `+keptRecordsSQL("$3::jsonb", "$4::jsonb", "$23::boolean")+`, waiting_for = $5,
 		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8
 		WHERE id = $9 AND EXISTS (SELECT 1 FROM a)`,
-		timeArg(r.UpdatedAt), r.State, jsonArg(r.Decision), jsonArg(r.Grants), r.WaitingFor, r.CountedAttempts,
+		timeArg(r.UpdatedAt), r.State, q.recordArg(r, r.Decision), q.recordArg(r, r.Grants), r.WaitingFor, r.CountedAttempts,
 		r.CancelRequested, r.FinishedAt, r.ID,
 		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
-		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID)
+		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID, q.keepRecords(r))
 }
 
 func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
-	return q.exec1(ctx, `UPDATE runs SET state = $2, decision = $3, grants = $4, waiting_for = $5,
-		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8 WHERE id = $9`,
-		timeArg(r.UpdatedAt), r.State, jsonArg(r.Decision), jsonArg(r.Grants), r.WaitingFor, r.CountedAttempts,
-		r.CancelRequested, r.FinishedAt, r.ID)
+	return q.exec1(ctx, `UPDATE runs SET state = $2, `+keptRecordsSQL("$3::jsonb", "$4::jsonb", "$10::boolean")+`,
+		waiting_for = $5, counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8
+		WHERE id = $9`,
+		timeArg(r.UpdatedAt), r.State, q.recordArg(r, r.Decision), q.recordArg(r, r.Grants), r.WaitingFor, r.CountedAttempts,
+		r.CancelRequested, r.FinishedAt, r.ID, q.keepRecords(r))
+}
+
+// keptRecordsSQL sets a run's decision and grants, or, where keep is
+// true (keepRecords), leaves them as stored: the values are then not sent
+// (recordArg) and PostgreSQL does not parse them again.
+func keptRecordsSQL(decision, grants, keep string) string {
+	return fmt.Sprintf(`decision = CASE WHEN %[3]s THEN runs.decision ELSE %[1]s END,
+		grants = CASE WHEN %[3]s THEN runs.grants ELSE %[2]s END`, decision, grants, keep)
+}
+
+// recordArg is r's record v as a parameter, or NULL when the update keeps
+// the stored one.
+func (q *queries) recordArg(r *store.Run, v json.RawMessage) any {
+	if q.keepRecords(r) {
+		return nil
+	}
+	return jsonArg(v)
+}
+
+// runRecords are a run's decision and grants as a transaction read them.
+type runRecords struct{ decision, grants json.RawMessage }
+
+// noteRun remembers, in a transaction, the records of each run it reads
+// (keepRecords).
+func (q *queries) noteRun(r *store.Run, err error) (*store.Run, error) {
+	if err == nil && q.read != nil {
+		q.read[r] = runRecords{decision: r.Decision, grants: r.Grants}
+	}
+	return r, err
+}
+
+// keepRecords reports whether this transaction read r and r's Decision
+// and Grants are still the very slices it read: then an update need not
+// write them. Together they are about a kilobyte per run, and most
+// updates (a claim's lease, a result) leave them as they are. Code that
+// changes a record assigns a new slice (json.Marshal, a splice); nothing
+// edits one in place. A run read elsewhere, or made in Go, is written
+// whole.
+func (q *queries) keepRecords(r *store.Run) bool {
+	rec, ok := q.read[r]
+	return ok && sameSlice(r.Decision, rec.decision) && sameSlice(r.Grants, rec.grants)
+}
+
+// sameSlice reports whether a and b are the same bytes in memory (or both
+// empty), not merely equal ones.
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // ---- runners ----

@@ -254,3 +254,123 @@ func testRunsCreateQueued(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testRecordsKept: an update leaves a run's decision and grants as the
+// caller holds them, whichever way it is written (RunUpdate, RunUpdates,
+// AttemptRunUpdate, AttemptRunUpdates): unchanged since the transaction
+// read them, changed there (a new slice, as the re-check at dispatch
+// assigns), cleared, or on a run the transaction did not read (a store
+// may leave unchanged records unwritten, and must tell them apart).
+func testRecordsKept(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	decision, grants := json.RawMessage(`{"request":{"allowed":true,"rule":"r"}}`), json.RawMessage(`{"db":"rw"}`)
+	type write func(tx store.Tx, rs []*store.Run, as []*store.Attempt) error
+	writes := map[string]write{
+		"RunUpdate": func(tx store.Tx, rs []*store.Run, _ []*store.Attempt) error {
+			for _, r := range rs {
+				if err := tx.RunUpdate(bg(), r); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"RunUpdates": func(tx store.Tx, rs []*store.Run, _ []*store.Attempt) error { return tx.RunUpdates(bg(), rs) },
+		"AttemptRunUpdate": func(tx store.Tx, rs []*store.Run, as []*store.Attempt) error {
+			for i := range rs {
+				if err := tx.AttemptRunUpdate(bg(), as[i], rs[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"AttemptRunUpdates": func(tx store.Tx, rs []*store.Run, as []*store.Attempt) error {
+			pairs := make([]store.AttemptRun, len(rs))
+			for i := range rs {
+				pairs[i] = store.AttemptRun{Attempt: as[i], Run: rs[i]}
+			}
+			return tx.AttemptRunUpdates(bg(), pairs)
+		},
+	}
+	// Each case changes the run as read (or as built in Go) and says what
+	// must then be stored.
+	type change struct {
+		name         string
+		readInTx     bool
+		mod          func(r *store.Run)
+		wantD, wantG string // "" for NULL
+	}
+	changes := []change{
+		{"unchanged", true, func(r *store.Run) {}, string(decision), string(grants)},
+		{"decision replaced", true, func(r *store.Run) {
+			r.Decision = json.RawMessage(`{"request":{"allowed":true},"dispatch":{"allowed":true}}`)
+		},
+			`{"request":{"allowed":true},"dispatch":{"allowed":true}}`, string(grants)},
+		{"grants replaced", true, func(r *store.Run) { r.Grants = json.RawMessage(`{"db":"ro"}`) }, string(decision), `{"db":"ro"}`},
+		{"grants cleared", true, func(r *store.Run) { r.Grants = nil }, string(decision), ""},
+		{"same bytes, new slice", true, func(r *store.Run) {
+			r.Decision = append(json.RawMessage(nil), r.Decision...)
+			r.Grants = json.RawMessage(`{"db":"rw"}`)
+		}, string(decision), string(grants)},
+		{"read outside the transaction", false, func(r *store.Run) {}, string(decision), string(grants)},
+		{"built in Go", false, func(r *store.Run) { *r = *cloneRun(r); r.Decision, r.Grants = nil, json.RawMessage(`{"x":"y"}`) }, "", `{"x":"y"}`},
+	}
+	for name, w := range writes {
+		t.Run(name, func(t *testing.T) {
+			var rs []*store.Run
+			var as []*store.Attempt
+			for range changes {
+				a := f.attempt(t, nil)
+				r, err := s.RunGetByID(bg(), a.RunID, false)
+				require.NoError(t, err)
+				r.Decision, r.Grants = decision, grants
+				require.NoError(t, s.RunUpdate(bg(), r))
+				as, rs = append(as, a), append(rs, r)
+			}
+			require.NoError(t, s.InTx(bg(), func(tx store.Tx) error {
+				held := make([]*store.Run, len(changes))
+				for i, c := range changes {
+					r := rs[i]
+					if c.readInTx {
+						var err error
+						if r, err = tx.RunGetByID(bg(), r.ID, true); err != nil {
+							return err
+						}
+					} else {
+						r = cloneRun(r)
+					}
+					c.mod(r)
+					r.State, r.WaitingFor = store.RunRunning, "w-"+c.name
+					held[i] = r
+				}
+				return w(tx, held, as)
+			}))
+			for i, c := range changes {
+				got, err := s.RunGetByID(bg(), rs[i].ID, false)
+				require.NoError(t, err)
+				require.Equal(t, store.RunRunning, got.State, c.name)
+				require.Equal(t, "w-"+c.name, got.WaitingFor, c.name)
+				for _, x := range []struct {
+					what, want string
+					got        json.RawMessage
+				}{{"decision", c.wantD, got.Decision}, {"grants", c.wantG, got.Grants}} {
+					if x.want == "" {
+						require.Empty(t, x.got, "%s: %s", c.name, x.what)
+						continue
+					}
+					require.JSONEq(t, x.want, string(x.got), "%s: %s", c.name, x.what)
+				}
+			}
+		})
+	}
+}
+
+// cloneRun is a copy of r that shares none of its JSON.
+func cloneRun(r *store.Run) *store.Run {
+	c := *r
+	for _, m := range []*json.RawMessage{&c.Params, &c.Source, &c.Decision, &c.Grants, &c.LeaseKeys, &c.Spec} {
+		if *m != nil {
+			*m = append(json.RawMessage(nil), (*m)...)
+		}
+	}
+	return &c
+}
