@@ -33,6 +33,7 @@ type BenchCmd struct {
 	LogsApart         bool   `name:"logs-apart" help:"Send each lifecycle run's log chunk in a call of its own before the result, instead of with the result as the worker does (the request shape before the result carried logs)."`
 	Raw               bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
 	RawBatch          int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
+	GCHeapFloor       int    `name:"gc-heap-floor" default:"256" help:"MiB the process's heap may grow to before the garbage collector runs, as jobplane server's default (0: Go's default; GOGC, when set, wins)." placeholder:"MIB"`
 	JSON              bool   `help:"Print the result as JSON." name:"json"`
 	LogLevel          string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
 	// CPUProfile profiles the whole process: server, clients and runners
@@ -58,6 +59,11 @@ func (c *BenchCmd) Run(g *Globals) error {
 	if c.RequestBatch < 1 || c.RequestBatch > protocol.MaxRunBatch {
 		return fmt.Errorf("--request-batch must be 1..%d", protocol.MaxRunBatch)
 	}
+	stopGC, err := startHeapFloor("--gc-heap-floor", c.GCHeapFloor)
+	if err != nil {
+		return err
+	}
+	defer stopGC()
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
 	}

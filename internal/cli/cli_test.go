@@ -194,6 +194,12 @@ func TestUsageErrors(t *testing.T) {
 	code, _, errOut = run(t, "server", "--definitions", t.TempDir(), "--commit-concurrency", "-1")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "--commit-concurrency")
+	for _, cmd := range [][]string{{"server", "--definitions", t.TempDir()}, {"dev", "--data-dir", t.TempDir()}, {"bench"}} {
+		code, _, errOut = run(t, append(cmd, "--gc-heap-floor=-1")...)
+		require.NotEqual(t, 0, code, cmd[0])
+		require.Contains(t, errOut, "--gc-heap-floor", cmd[0])
+		require.Contains(t, errOut, "negative", cmd[0])
+	}
 }
 
 // stdinFor feeds "secrets set" a value; other commands read nothing.

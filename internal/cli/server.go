@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/gcfloor"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -36,6 +37,7 @@ type ServerCmd struct {
 	GitHubPrivateKey  string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
 	GitHubAPI         string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
 	GitHubChannel     string        `name:"github-channel" default:"prod" help:"Channel of --definitions that GitHub installations without a .jobplane repository use; pull-request runs are recorded under it." placeholder:"NAME"`
+	GCHeapFloor       int           `name:"gc-heap-floor" default:"256" help:"MiB the heap may grow to before the garbage collector runs (GOGC is raised while the live heap is small; 0: Go's default; the GOGC environment variable, when set, wins)." placeholder:"MIB"`
 	CommitConcurrency int           `name:"commit-concurrency" default:"0" help:"PostgreSQL: group transactions in flight at once (0: the default, 2, measured on 2 cores; raise it toward the database's cores when it has more to itself). SQLite always has one writer." placeholder:"N"`
 }
 
@@ -59,12 +61,26 @@ func (c *ServerCmd) Run(g *Globals) error {
 	if c.CommitConcurrency < 0 {
 		return &config.FieldError{Field: "--commit-concurrency", Message: fmt.Sprintf("%d is negative: give 0 for the default or a number of transactions", c.CommitConcurrency)}
 	}
+	stopGC, err := startHeapFloor("--gc-heap-floor", c.GCHeapFloor)
+	if err != nil {
+		return err
+	}
+	defer stopGC()
 	log := newLogger(g.Stderr, c.LogLevel)
 	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log, CommitConcurrency: c.CommitConcurrency})
 	if err != nil {
 		return err
 	}
 	return serveUntilDone(g.Ctx, srv)
+}
+
+// startHeapFloor starts gcfloor for a server process, mib MiB; a flag's
+// negative value is refused.
+func startHeapFloor(flag string, mib int) (stop func(), err error) {
+	if mib < 0 {
+		return nil, &config.FieldError{Field: flag, Message: fmt.Sprintf("%d is negative: give 0 for Go's default or a size in MiB", mib)}
+	}
+	return gcfloor.Start(uint64(mib)<<20, time.Second), nil
 }
 
 func serveUntilDone(ctx context.Context, srv *server.Server) error {
@@ -119,10 +135,16 @@ type DevCmd struct {
 	DataDir     string `default:".jobplane" help:"Directory for all dev state."`
 	Definitions string `help:"Definitions repository (default: an example repository created under DATA-DIR)." placeholder:"REPO"`
 	LogLevel    string `default:"warn" enum:"debug,info,warn,error" help:"Log level."`
+	GCHeapFloor int    `name:"gc-heap-floor" default:"256" help:"MiB the heap may grow to before the garbage collector runs (as for jobplane server; 0: Go's default)." placeholder:"MIB"`
 }
 
 // Run starts the dev environment.
 func (c *DevCmd) Run(g *Globals) error {
+	stopGC, err := startHeapFloor("--gc-heap-floor", c.GCHeapFloor)
+	if err != nil {
+		return err
+	}
+	defer stopGC()
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return err
 	}
