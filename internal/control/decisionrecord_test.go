@@ -2,10 +2,17 @@ package control
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
 // TestRecordWithDispatch: the record the re-check at dispatch splices
@@ -70,4 +77,59 @@ func TestRecordWithDispatch(t *testing.T) {
 	}
 	_, _, err := readRecord(json.RawMessage(`{"request":`))
 	require.Error(t, err)
+}
+
+// countingDefs counts Resolve calls, by channel.
+type countingDefs struct {
+	Definitions
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (d *countingDefs) Resolve(ctx context.Context, channel, ref string) (Catalog, error) {
+	d.mu.Lock()
+	d.n[channel]++
+	d.mu.Unlock()
+	return d.Definitions.Resolve(ctx, channel, ref)
+}
+
+func (d *countingDefs) count(channel string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n[channel]
+}
+
+// TestClaimResolvesDefinitionsOnce: the re-check at dispatch of the
+// attempts one claim hands out resolves the channel's definitions once,
+// not once per attempt, and still re-checks every attempt; a claim of one
+// resolves once too.
+func TestClaimResolvesDefinitionsOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, jobSpec(time.Minute, time.Hour, 1))
+		defs := &countingDefs{Definitions: &fakeDefs{spec: e.spec}, n: map[string]int{}}
+		e.a = e.newService(st, func(c *Config) { c.Definitions = defs })
+		rn := e.runner("r1")
+		for range 5 {
+			e.request()
+		}
+		before := defs.count("prod")
+		asgs, err := e.a.ClaimBatch(e.ctx(), call(rn, nil), &protocol.ClaimRequest{RequestID: "c1", Max: 5})
+		require.NoError(t, err)
+		require.Len(t, asgs, 5)
+		require.Equal(t, 1, defs.count("prod")-before, "Resolve calls for a claim of 5")
+		for _, a := range asgs {
+			r := e.run(a.RunID)
+			var rec struct {
+				Dispatch *Decision `json:"dispatch"`
+			}
+			require.NoError(t, json.Unmarshal(r.Decision, &rec))
+			require.NotNil(t, rec.Dispatch, "run %s was not re-checked", r.ID)
+			require.True(t, rec.Dispatch.Allowed)
+		}
+
+		e.request()
+		before = defs.count("prod")
+		e.claim(e.a, rn, "c2")
+		require.Equal(t, 1, defs.count("prod")-before, "Resolve calls for a claim of 1")
+	})
 }

@@ -17,7 +17,7 @@ import (
 // false. The grants of a run that may go on are narrowed to what both
 // decisions grant: a policy change can take access away at dispatch, never
 // add it.
-func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) (bool, error) {
+func (s *Service) recheck(ctx context.Context, tx store.Tx, cats catalogMemo, r *store.Run, a *store.Attempt) (bool, error) {
 	if s.defs == nil {
 		return true, nil
 	}
@@ -27,7 +27,7 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 	}
 	now := *a.ClaimedAt
 	var dispatch Decision
-	cat, err := s.defs.Resolve(ctx, r.Channel, s.refFor(r))
+	cat, err := cats.resolve(ctx, s.defs, r.Channel, s.refFor(r))
 	if err != nil {
 		// Fail closed: with no definitions in force nothing is authorized.
 		dispatch = Decision{Explanation: "denied at dispatch: the channel's definitions are unavailable: " + err.Error()}
@@ -84,6 +84,31 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, r *store.Run, a *sto
 	return false, s.audit(ctx, tx, r.Tenant, "system:dispatch", "run.denied", r.ID, map[string]any{
 		"attempt": a.ID, "stage": "dispatch", "request_decision": request.Explanation, "dispatch_decision": dispatch.Explanation,
 	})
+}
+
+// catalogMemo resolves each channel and ref once for the attempts of one
+// claim call, which are then all re-checked against the definitions as
+// they stood at that call. Resolving reads the branch head's ref files
+// (two stat calls): for a claim of 32 attempts, 32 times the same answer.
+// A nil memo resolves every time.
+type catalogMemo map[[2]string]resolved
+
+type resolved struct {
+	cat Catalog
+	err error
+}
+
+func (m catalogMemo) resolve(ctx context.Context, defs Definitions, channel, ref string) (Catalog, error) {
+	if m == nil {
+		return defs.Resolve(ctx, channel, ref)
+	}
+	k := [2]string{channel, ref}
+	if r, ok := m[k]; ok {
+		return r.cat, r.err
+	}
+	cat, err := defs.Resolve(ctx, channel, ref)
+	m[k] = resolved{cat, err}
+	return cat, err
 }
 
 // requestPart is what the re-check at dispatch reads of the request's

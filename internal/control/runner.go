@@ -278,9 +278,9 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 				return err
 			}
-			w := &runWrites{}
+			w, cats := &runWrites{}, catalogMemo{}
 			for _, c := range cs {
-				got, err := s.handOut(ctx, tx, w, call, c.Attempt, c.Run, tokens[c.Slot], github)
+				got, err := s.handOut(ctx, tx, w, cats, call, c.Attempt, c.Run, tokens[c.Slot], github)
 				if errors.Is(err, errRevoked) {
 					revoked = true
 					continue
@@ -377,14 +377,14 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 	if err != nil {
 		return nil, err
 	}
-	return s.handOut(ctx, tx, nil, call, a, r, token, github)
+	return s.handOut(ctx, tx, nil, nil, call, a, r, token, github)
 }
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
 // runner: errRevoked when it does not (denied at dispatch, or blocked on a
 // lease key), its new state then being part of tx. With w, the update of a
 // run handed out is held back for w's flush.
-func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
+func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
@@ -392,7 +392,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, call *
 			return nil, err
 		}
 	}
-	ok, err := s.recheck(ctx, tx, r, a)
+	ok, err := s.recheck(ctx, tx, cats, r, a)
 	if err != nil {
 		return nil, err
 	}
