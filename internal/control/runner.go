@@ -416,7 +416,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats c
 	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
 		return nil, err
 	}
-	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, map[string]any{"attempt": a.ID, "number": a.Number, "runner": call.Runner.ID, "lease_expires_at": a.LeaseExpiresAt, "holder": holder(a)}); err != nil {
+	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, claimedDetails{Attempt: a.ID, Number: a.Number, Runner: call.Runner.ID, LeaseExpiresAt: a.LeaseExpiresAt, Holder: holder(a)}); err != nil {
 		return nil, err
 	}
 	return &claimedAttempt{run: r, attempt: a, held: held, token: token}, nil
@@ -978,10 +978,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 		}
 		return newAttempt(r, spec, a.Number+1, now, notBefore(spec)), nil
 	}
-	details := map[string]any{"attempt": a.ID, "number": a.Number, "state": state, "holder": holder(a)}
-	if reason != "" {
-		details["reason"] = reason
-	}
+	details := endedDetails{Attempt: a.ID, Number: a.Number, State: state, Holder: holder(a), Reason: reason}
 	var next *store.Attempt
 	switch {
 	case state == store.AttemptSucceeded:
@@ -1024,7 +1021,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 		if err := tx.WakeClaimers(ctx); err != nil {
 			return err
 		}
-		details["next_attempt"] = next.ID
+		details.NextAttempt = next.ID
 		if err := tx.RunUpdate(ctx, r); err != nil {
 			return err
 		}
@@ -1047,7 +1044,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 	if err := s.recordRunCheck(ctx, tx, r, reason); err != nil {
 		return err
 	}
-	details["run_state"] = r.State
+	details.RunState = r.State
 	return s.audit(ctx, tx, r.Tenant, actor, "attempt."+string(state), r.ID, details)
 }
 

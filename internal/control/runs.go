@@ -286,7 +286,7 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *pr
 		if err := tx.WakeClaimers(ctx); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "attempt": att.ID, "decision": "allow", "rule": decision.Rule})
+		return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.requested", run.ID, requestedDetails{Job: run.Job, Channel: run.Channel, Commit: run.Commit, Attempt: att.ID, Decision: "allow", Rule: decision.Rule})
 	}
 	if err := tx.RunCreate(ctx, run); err != nil {
 		return err
