@@ -56,24 +56,26 @@ func TestStartRaisesAndRestores(t *testing.T) {
 	}
 }
 
-func TestStartLeavesAnOperatorsGOGC(t *testing.T) {
-	t.Setenv("GOGC", "150")
-	before := debug.SetGCPercent(150)
-	defer debug.SetGCPercent(before)
-	stop := Start(512<<20, time.Hour)
-	defer stop()
-	if got := debug.SetGCPercent(150); got != 150 {
-		t.Fatalf("GOGC = %d with GOGC=150 in the environment, want it left at 150", got)
-	}
-}
-
-func TestFloorZeroIsOff(t *testing.T) {
-	t.Setenv("GOGC", "")
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	stop := Start(0, time.Hour)
-	defer stop()
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Fatalf("GOGC = %d with a floor of 0, want 100", got)
+// TestStartLeavesGOGCAlone: an operator's GOGC in the environment, or a
+// floor of 0, leaves the collector as it was.
+func TestStartLeavesGOGCAlone(t *testing.T) {
+	for _, c := range []struct {
+		name, env string
+		floor     uint64
+		percent   int
+	}{
+		{"GOGC=150 in the environment", "150", 512 << 20, 150},
+		{"a floor of 0", "", 0, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GOGC", c.env)
+			before := debug.SetGCPercent(c.percent)
+			defer debug.SetGCPercent(before)
+			stop := Start(c.floor, time.Hour)
+			defer stop()
+			if got := debug.SetGCPercent(c.percent); got != c.percent {
+				t.Fatalf("GOGC = %d with %s, want it left at %d", got, c.name, c.percent)
+			}
+		})
 	}
 }
