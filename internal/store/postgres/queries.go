@@ -756,26 +756,32 @@ func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store
 // run leaves the attempt updated and returns ErrNotFound, which fails the
 // caller's transaction, as the two statements would.
 func (q *queries) AttemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error {
-	return q.exec1(ctx, `WITH a AS (
+	keep := q.keepRecords(r)
+	return q.exec1(ctx, attemptRunUpdateSQL,
+		timeArg(r.UpdatedAt), r.State, recordArg(keep, r.Decision), recordArg(keep, r.Grants), r.WaitingFor, r.CountedAttempts,
+		r.CancelRequested, r.FinishedAt, r.ID,
+		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
+		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID, keep)
+}
+
+var attemptRunUpdateSQL = `WITH a AS (
 		UPDATE attempts SET state = $10, runner_id = $11, lease_digest = $12, claim_request_id = $13,
 			claimed_at = $14, lease_expires_at = $15, deadline = $16, heartbeat_at = $17, ended_at = $18, result = $19,
 			not_before = $20, blocked_on = $21 WHERE id = $22 RETURNING 1)
-		UPDATE runs SET state = $2, `+keptRecordsSQL("$3::jsonb", "$4::jsonb", "$23::boolean")+`, waiting_for = $5,
-		counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8
-		WHERE id = $9 AND EXISTS (SELECT 1 FROM a)`,
-		timeArg(r.UpdatedAt), r.State, q.recordArg(r, r.Decision), q.recordArg(r, r.Grants), r.WaitingFor, r.CountedAttempts,
-		r.CancelRequested, r.FinishedAt, r.ID,
-		a.State, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline,
-		a.HeartbeatAt, a.EndedAt, jsonArg(a.Result), a.NotBefore, a.BlockedOn, a.ID, q.keepRecords(r))
-}
+		UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::jsonb", "$4::jsonb", "$23::boolean") + `, waiting_for = $5,
+		counted_attempts = $6, cancel_requested = $7, updated_at = ` + nowSQL + `, finished_at = $8
+		WHERE id = $9 AND EXISTS (SELECT 1 FROM a)`
 
 func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
-	return q.exec1(ctx, `UPDATE runs SET state = $2, `+keptRecordsSQL("$3::jsonb", "$4::jsonb", "$10::boolean")+`,
-		waiting_for = $5, counted_attempts = $6, cancel_requested = $7, updated_at = `+nowSQL+`, finished_at = $8
-		WHERE id = $9`,
-		timeArg(r.UpdatedAt), r.State, q.recordArg(r, r.Decision), q.recordArg(r, r.Grants), r.WaitingFor, r.CountedAttempts,
-		r.CancelRequested, r.FinishedAt, r.ID, q.keepRecords(r))
+	keep := q.keepRecords(r)
+	return q.exec1(ctx, runUpdateSQL,
+		timeArg(r.UpdatedAt), r.State, recordArg(keep, r.Decision), recordArg(keep, r.Grants), r.WaitingFor, r.CountedAttempts,
+		r.CancelRequested, r.FinishedAt, r.ID, keep)
 }
+
+var runUpdateSQL = `UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::jsonb", "$4::jsonb", "$10::boolean") + `,
+		waiting_for = $5, counted_attempts = $6, cancel_requested = $7, updated_at = ` + nowSQL + `, finished_at = $8
+		WHERE id = $9`
 
 // keptRecordsSQL sets a run's decision and grants, or, where keep is
 // true (keepRecords), leaves them as stored: the values are then not sent
@@ -785,10 +791,10 @@ func keptRecordsSQL(decision, grants, keep string) string {
 		grants = CASE WHEN %[3]s THEN runs.grants ELSE %[2]s END`, decision, grants, keep)
 }
 
-// recordArg is r's record v as a parameter, or NULL when the update keeps
-// the stored one.
-func (q *queries) recordArg(r *store.Run, v json.RawMessage) any {
-	if q.keepRecords(r) {
+// recordArg is a run's record v as a parameter, or NULL when the update
+// keeps the stored one.
+func recordArg(keep bool, v json.RawMessage) any {
+	if keep {
 		return nil
 	}
 	return jsonArg(v)
