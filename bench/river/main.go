@@ -9,7 +9,11 @@
 // It migrates River's schema, inserts the jobs in one batch (not timed),
 // starts a client with one queue of -workers workers and a 1 ms fetch
 // cooldown (River's minimum: "tuned"), and times from Start to the moment
-// every job is recorded completed in the database. It then checks that every
+// every job is recorded completed in the database. With -insert-batch K the
+// jobs are instead inserted K per call by -insert-clients goroutines while
+// the workers run, and the inserts are timed too: the work jobplane bench's
+// lifecycle phase times (a run's request is in it), where the default mode
+// matches its claim+result phase (runs requested before, not timed). It then checks that every
 // job completed exactly once (one attempt each).
 package main
 
@@ -20,6 +24,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,20 +52,22 @@ func main() {
 	db := flag.String("db", "", "PostgreSQL URL (a database of its own)")
 	jobs := flag.Int("jobs", 20000, "jobs to insert and work")
 	workers := flag.Int("workers", 8, "workers of the one queue")
+	insertBatch := flag.Int("insert-batch", 0, "insert the jobs while the workers run, this many per InsertManyFast call, and time the inserts too (0: insert them all before starting, not timed)")
+	insertClients := flag.Int("insert-clients", 4, "with -insert-batch: goroutines inserting at once")
 	flag.Parse()
-	if err := run(*db, *jobs, *workers); err != nil {
+	if err := run(*db, *jobs, *workers, *insertBatch, *insertClients); err != nil {
 		fmt.Fprintln(os.Stderr, "river bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dsn string, jobs, workers int) error {
+func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(workers + 4)
+	cfg.MaxConns = int32(workers + 4 + insertClients)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -93,12 +100,43 @@ func run(dsn string, jobs, workers int) error {
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: noopArgs{}}
 	}
-	if _, err := client.InsertManyFast(ctx, params); err != nil {
-		return fmt.Errorf("insert: %w", err)
+	if insertBatch <= 0 {
+		if _, err := client.InsertManyFast(ctx, params); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
 	}
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
+	}
+	insertErr := make(chan error, 1)
+	if insertBatch > 0 {
+		// Like jobplane bench's lifecycle phase: clients insert batches of
+		// jobs while the workers take them, and the clock runs from the
+		// first insert to the last completion.
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range insertClients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					hi := int(next.Add(int64(insertBatch)))
+					lo := hi - insertBatch
+					if lo >= jobs {
+						return
+					}
+					if _, err := client.InsertManyFast(ctx, params[lo:min(hi, jobs)]); err != nil {
+						select {
+						case insertErr <- fmt.Errorf("insert: %w", err):
+						default:
+						}
+						return
+					}
+				}
+			}()
+		}
+		go func() { wg.Wait(); close(insertErr) }()
 	}
 	var completed int
 	for {
@@ -107,6 +145,13 @@ func run(dsn string, jobs, workers int) error {
 		}
 		if completed >= jobs {
 			break
+		}
+		select {
+		case err, ok := <-insertErr:
+			if ok && err != nil {
+				return err
+			}
+		default:
 		}
 		if time.Since(start) > 10*time.Minute {
 			return errors.New("not every job completed within ten minutes")
@@ -128,7 +173,11 @@ func run(dsn string, jobs, workers int) error {
 		return fmt.Errorf("%d of %d jobs completed, %d with other than one attempt, %d worked", done, jobs, bad, worked.Load())
 	}
 	log.SetFlags(0)
-	log.Printf("river %s: %d no-op jobs, %d workers, fetch cooldown 1ms: %.1f jobs/s (%.2fs); every job completed once",
-		"v0.51.2", jobs, workers, float64(jobs)/elapsed.Seconds(), elapsed.Seconds())
+	mode := "inserted before, not timed"
+	if insertBatch > 0 {
+		mode = fmt.Sprintf("inserted while working, %d per call from %d clients, timed", insertBatch, insertClients)
+	}
+	log.Printf("river %s: %d no-op jobs (%s), %d workers, fetch cooldown 1ms: %.1f jobs/s (%.2fs); every job completed once",
+		"v0.51.2", jobs, mode, workers, float64(jobs)/elapsed.Seconds(), elapsed.Seconds())
 	return nil
 }
