@@ -342,7 +342,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 
 func (b backend) columns(t *testing.T, table string) []string {
 	t.Helper()
-	q := `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = '` + table + `' ORDER BY ordinal_position`
+	q := `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = '` + table + `' AND is_generated = 'NEVER' ORDER BY ordinal_position`
 	if b.name == "sqlite" {
 		q = `SELECT name FROM pragma_table_info('` + table + `') ORDER BY cid`
 	}
