@@ -44,7 +44,7 @@ func (q *queries) approvals(ctx context.Context, sql string, arg any) ([]*store.
 
 func (q *queries) RunListPendingApproval(ctx context.Context, createdBefore time.Time, n int) ([]*store.Run, error) {
 	rows, err := q.db.Query(ctx, `SELECT `+runCols+` FROM runs
-		WHERE pending_since < $1 ORDER BY pending_since LIMIT $2`, createdBefore, limit(n))
+		WHERE state = 'pending_approval' AND created_at < $1 ORDER BY created_at LIMIT $2`, createdBefore, limit(n))
 	if err != nil {
 		return nil, interpretError(err)
 	}

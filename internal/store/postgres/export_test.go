@@ -107,11 +107,3 @@ const SetGenericSQL = setGenericSQL
 
 // SweepSQL returns the statements of AttemptListExpired and NoncePurge.
 func SweepSQL() (expired, noncePurge string) { return attemptListExpiredSQL, noncePurgeSQL }
-
-// XactHotUpdates returns how many of the transaction's updates of table
-// so far were heap-only.
-func XactHotUpdates(ctx context.Context, tx store.Tx, table string) (int, error) {
-	var n int
-	err := tx.(*queries).db.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_hot_updated($1::regclass)`, table).Scan(&n)
-	return n, err
-}

@@ -235,12 +235,12 @@ func (q *queries) LeaseList(ctx context.Context, tenant, prefix string) ([]store
 		tenant, likeEscaper.Replace(prefix))
 }
 
-// leaseLiveRunSQL looks up live_lease_keys, a run's keys while it is live
-// and NULL otherwise (migration 015), which runs_live_lease_keys indexes;
-// the planner takes that partial index only with its condition spelled out.
+// leaseLiveRunSQL repeats the condition of runs_live_lease_keys, which
+// leaves out the runs without keys (migration 014), so that the planner
+// can use it.
 const leaseLiveRunSQL = `SELECT r.id FROM runs r
-		WHERE r.tenant = $1 AND r.id <> $3 AND r.live_lease_keys IS NOT NULL
-			AND r.live_lease_keys @> jsonb_build_array(jsonb_build_object('key', $2::text))
+		WHERE r.tenant = $1 AND r.state IN ('pending_approval', 'queued', 'running') AND r.id <> $3
+			AND r.lease_keys <> '[]'::jsonb AND r.lease_keys @> jsonb_build_array(jsonb_build_object('key', $2::text))
 		ORDER BY r.id LIMIT 1`
 
 func (q *queries) LeaseLiveRun(ctx context.Context, tenant, key, exceptRun string) (string, error) {
