@@ -189,6 +189,10 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return interpretError(err)
 	}
+	// A panic in fn (net/http recovers a handler's) must not leave the
+	// transaction open: it would hold the write lock, and the one writer
+	// connection, until the process ends. After a commit it does nothing.
+	defer func() { _ = tx.Rollback() }()
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -422,4 +424,44 @@ func testAttemptRunUpdate(t *testing.T, s store.Store) {
 	gotA, err = s.AttemptGetByID(bg(), b.ID, false)
 	require.NoError(t, err)
 	require.Equal(t, store.AttemptQueued, gotA.State)
+}
+
+// testPanicInTx: a transaction whose function panics is rolled back and
+// lets go of its connection: its update is gone, and the run it locked and
+// wrote is free for the next transaction at once. net/http recovers a
+// handler's panic and serves on, so a transaction left open would hold its
+// row locks (on SQLite, the write lock) for the life of the process.
+func testPanicInTx(t *testing.T, s store.Store) {
+	f := newFixture(t, s)
+	a := f.attempt(t, nil)
+	func() {
+		defer func() { require.Equal(t, "boom", recover()) }()
+		_ = s.InTx(bg(), func(tx store.Tx) error {
+			r, err := tx.RunGetByID(bg(), a.RunID, true)
+			if err != nil {
+				return err
+			}
+			r.State = store.RunRunning
+			if err := tx.RunUpdate(bg(), r); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	// Bounded, so that a transaction left open fails the test rather
+	// than hanging it here.
+	ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
+	defer cancel()
+	err := s.InTx(ctx, func(tx store.Tx) error {
+		r, err := tx.RunGetByID(ctx, a.RunID, true)
+		if err != nil {
+			return err
+		}
+		if r.State != store.RunQueued {
+			return fmt.Errorf("the panicked transaction's update was kept: %s", r.State)
+		}
+		r.State = store.RunFailed
+		return tx.RunUpdate(ctx, r)
+	})
+	require.NoError(t, err, "the next transaction on the same run")
 }
