@@ -9,12 +9,14 @@
 // It migrates River's schema, inserts the jobs in one batch (not timed),
 // starts a client with one queue of -workers workers and a 1 ms fetch
 // cooldown (River's minimum: "tuned"), and times from Start to the moment
-// every job is recorded completed in the database. With -insert-batch K the
-// jobs are instead inserted K per call by -insert-clients goroutines while
-// the workers run, and the inserts are timed too: the work jobplane bench's
-// lifecycle phase times (a run's request is in it), where the default mode
-// matches its claim+result phase (runs requested before, not timed). It then checks that every
+// every job is recorded completed in the database. It then checks that every
 // job completed exactly once (one attempt each).
+//
+// The default mode matches jobplane bench's claim+result phase, whose runs
+// are requested before it starts. With -insert-batch K the jobs are instead
+// inserted K per call by -insert-clients goroutines while the workers run,
+// and the inserts are timed too: the work of the lifecycle phase, which
+// times each run's request.
 package main
 
 import (
