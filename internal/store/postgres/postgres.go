@@ -283,19 +283,17 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 		return fmt.Errorf("%w: begin: %w", store.ErrUnavailable, err)
 	}
-	// fn may panic (net/http recovers a handler's panic and goes on) or
-	// end its goroutine (t.FailNow in a test): without this the
-	// connection would stay checked out with its transaction open and its
-	// row locks held, and the pool could never close. After a commit or a
-	// rollback it does nothing.
+	// Every way out but a commit rolls back, panics included: net/http
+	// recovers a handler's panic and goes on, and t.FailNow in a test ends
+	// the goroutine; either would otherwise leave the connection checked
+	// out with its transaction open and its row locks held, and the pool
+	// unable to close. After a commit it does nothing.
 	defer func() { _ = tx.Rollback(ctx) }()
 	q := &queries{db: &scopedDB{db: tx, inTx: true, cur: store.ScopeOf(ctx)}, s: s, read: map[*store.Run]runRecords{}}
 	if err := fn(q); err != nil {
-		_ = tx.Rollback(ctx)
 		return err
 	}
 	if err := q.flushLater(ctx); err != nil {
-		_ = tx.Rollback(ctx)
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -189,12 +189,12 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return interpretError(err)
 	}
-	// A panic in fn (net/http recovers a handler's) must not leave the
-	// transaction open: it would hold the write lock, and the one writer
-	// connection, until the process ends. After a commit it does nothing.
+	// Every way out but a commit rolls back, a panic in fn included
+	// (net/http recovers a handler's): an open transaction would hold the
+	// write lock, and the one writer connection, until the process ends.
+	// After a commit it does nothing.
 	defer func() { _ = tx.Rollback() }()
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
