@@ -26,6 +26,11 @@ type Client struct {
 
 // do sends one JSON request and decodes the answer into out.
 func (c *Client) do(ctx context.Context, method string, query url.Values, in, out any, segs ...string) error {
+	return c.doHeader(ctx, method, nil, query, in, out, segs...)
+}
+
+// doHeader is do with extra request headers.
+func (c *Client) doHeader(ctx context.Context, method string, header http.Header, query url.Values, in, out any, segs ...string) error {
 	u, err := endpoint(c.BaseURL, query, segs...)
 	if err != nil {
 		return err
@@ -37,6 +42,9 @@ func (c *Client) do(ctx context.Context, method string, query url.Values, in, ou
 	req, err := newRequest(ctx, method, u, body)
 	if err != nil {
 		return err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	c.authorize(req)
 	_, err = send(c.HTTP, req, out)
@@ -74,11 +82,28 @@ type RunAnswer struct {
 // recorded, or when the answer was lost; retrying is then safe for the
 // requests that carry idempotency keys.
 func (c *Client) CreateRuns(ctx context.Context, reqs []protocol.RunRequest) ([]RunAnswer, error) {
+	return c.createRuns(ctx, nil, reqs)
+}
+
+// preferMinimal asks the routes that request runs for protocol.RunBrief.
+var preferMinimal = http.Header{"Prefer": {"return=minimal"}}
+
+// CreateRunsBrief is CreateRuns for callers that need only to follow the
+// runs: each run in the answers carries its ID, State, WaitingFor and
+// CreatedAt alone (the server's protocol.RunBrief; "Prefer:
+// return=minimal"), which costs both ends less than the whole run. A
+// server that ignores the preference answers whole runs, which serve as
+// well.
+func (c *Client) CreateRunsBrief(ctx context.Context, reqs []protocol.RunRequest) ([]RunAnswer, error) {
+	return c.createRuns(ctx, preferMinimal, reqs)
+}
+
+func (c *Client) createRuns(ctx context.Context, header http.Header, reqs []protocol.RunRequest) ([]RunAnswer, error) {
 	if len(reqs) == 0 || len(reqs) > protocol.MaxRunBatch {
 		return nil, fmt.Errorf("create runs: %d requests, want 1..%d", len(reqs), protocol.MaxRunBatch)
 	}
 	var resp protocol.RunsResponse
-	if err := c.do(ctx, http.MethodPost, nil, &protocol.RunsRequest{Runs: reqs}, &resp, "v1", "runs", "batch"); err != nil {
+	if err := c.doHeader(ctx, http.MethodPost, header, nil, &protocol.RunsRequest{Runs: reqs}, &resp, "v1", "runs", "batch"); err != nil {
 		return nil, err
 	}
 	if len(resp.Runs) != len(reqs) {

@@ -133,7 +133,7 @@ func (e *Env) request(ctx context.Context, k, batch int) ([]*protocol.Run, error
 	for i := range reqs {
 		reqs[i] = protocol.RunRequest{Job: Job, Channel: Channel}
 	}
-	answers, err := e.Admin.CreateRuns(ctx, reqs)
+	answers, err := e.Admin.CreateRunsBrief(ctx, reqs)
 	if err != nil {
 		return nil, fmt.Errorf("request runs: %w", err)
 	}

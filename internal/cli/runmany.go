@@ -113,10 +113,16 @@ func (c *RunCmd) runMany(g *Globals, cl *apiclient.Client, common json.RawMessag
 			all[i].IdempotencyKey = fmt.Sprintf("%s:%d", c.IdempotencyKey, l.line)
 		}
 	}
+	// The text lines print a run's ID and state alone; --json prints
+	// whole runs.
+	create := cl.CreateRunsBrief
+	if c.JSON {
+		create = cl.CreateRuns
+	}
 	refused, done := 0, 0
 	for _, span := range batches(all, protocol.MaxRunBatch, runBatchBytes) {
 		chunk, reqs := lines[span[0]:span[1]], all[span[0]:span[1]]
-		answers, err := cl.CreateRuns(g.Ctx, reqs)
+		answers, err := create(g.Ctx, reqs)
 		if err != nil {
 			return fmt.Errorf("lines %d to %d of %s: %w (the %d runs before them were requested)", chunk[0].line, chunk[len(chunk)-1].line, c.ParamsFile, err, done)
 		}

@@ -298,6 +298,18 @@ type RunAnswer struct {
 	Error  *Problem `json:"error,omitempty"`
 }
 
+// RunBrief is the run as POST /v1/runs and POST /v1/runs/batch answer it
+// when the caller sends "Prefer: return=minimal": what a caller that has
+// just requested the run needs to follow it, without the decision record,
+// parameters and source it sent or can read with GET /v1/runs/{id}. Its
+// fields are Run's, so a client decodes either answer into Run.
+type RunBrief struct {
+	ID         string    `json:"id"`
+	State      string    `json:"state"`
+	WaitingFor string    `json:"waiting_for"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
 // Run is a run as every endpoint that returns one returns it.
 type Run struct {
 	ID              string          `json:"id"`
