@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/store"
@@ -40,15 +42,46 @@ func (q *queries) AuditAppend(ctx context.Context, e *store.AuditEvent) error {
 // does not carry e.seq's bound across the join, and without it a merge
 // join reads the chain's index from its first link, so that each sealing
 // round cost time in proportion to the whole history.
-const (
-	auditCols    = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
-	auditListSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
-		WHERE e.tenant = $1 AND e.seq > $2 AND ($3 = '' OR e.subject = $3) AND ($4 = '' OR e.actor = $4)
-			AND ($5::timestamptz IS NULL OR e.at >= $5)
-		ORDER BY e.seq LIMIT $6`
-	auditScanSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $1
-		WHERE e.seq > $1 AND ($2 = 0 OR e.seq <= $2) ORDER BY e.seq LIMIT $3`
-)
+//
+// Every other bound is written only when it is given, so that it is an
+// index condition of the statement's generic plan, which a prepared
+// statement gets after a few calls. A condition that also holds when its
+// filter is empty (e.subject = $3 OR $3 is the empty string) is a filter
+// there: a run's timeline read every event of its tenant (40 ms at 60,000
+// events), and the sealer's scan, whose upper bound was such a condition
+// ($2 = 0 OR e.seq <= $2), read every event written after its horizon at
+// each call (11 ms for 500 events with 30,000 beyond them).
+const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.details, coalesce(c.hash, ''), coalesce(c.prev_hash, '')`
+
+// auditListSQL is AuditList's statement for the filters p gives, and its
+// arguments.
+func auditListSQL(p *store.AuditListParams) (string, []any) {
+	args := []any{p.Tenant, p.After}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
+		WHERE e.tenant = $1 AND e.seq > $2`)
+	and := func(cond string, v any) {
+		args = append(args, v)
+		fmt.Fprintf(&b, " AND "+cond, len(args))
+	}
+	if p.RunID != "" {
+		and("e.subject = $%d", p.RunID)
+	}
+	if p.Actor != "" {
+		and("e.actor = $%d", p.Actor)
+	}
+	if !p.Since.IsZero() {
+		and("e.at >= $%d", p.Since)
+	}
+	args = append(args, limit(p.Limit))
+	fmt.Fprintf(&b, " ORDER BY e.seq LIMIT $%d", len(args))
+	return b.String(), args
+}
+
+// auditScanSQL reads the events in (after, upTo]; AuditScan passes the
+// largest sequence number for "no upper bound".
+const auditScanSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $1
+		WHERE e.seq > $1 AND e.seq <= $2 ORDER BY e.seq LIMIT $3`
 
 func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*store.AuditEvent, error) {
 	rows, err := q.db.Query(ctx, sql, args...)
@@ -72,14 +105,19 @@ func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*s
 	if err := q.flushAudit(); err != nil {
 		return nil, err
 	}
-	return q.auditEvents(ctx, auditListSQL, p.Tenant, p.After, p.RunID, p.Actor, timeArg(p.Since), limit(p.Limit))
+	sql, args := auditListSQL(p)
+	return q.auditEvents(ctx, sql, args...)
 }
 
 func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
 	if err := q.flushAudit(); err != nil {
 		return nil, err
 	}
-	return q.auditEvents(ctx, auditScanSQL, p.After, p.UpTo, limit(p.Limit))
+	upTo := p.UpTo
+	if upTo == 0 {
+		upTo = math.MaxInt64
+	}
+	return q.auditEvents(ctx, auditScanSQL, p.After, upTo, limit(p.Limit))
 }
 
 func (q *queries) AuditChainHead(ctx context.Context) (*store.AuditSeal, error) {

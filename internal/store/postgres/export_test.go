@@ -82,8 +82,14 @@ func TxStringsSeq(ctx context.Context, s *Store, sqls ...string) (out [][]string
 	return out, err
 }
 
-// AuditSQL returns the statements of AuditList and AuditScan.
-func AuditSQL() (list, scan string) { return auditListSQL, auditScanSQL }
+// AuditListSQL returns AuditList's statement for p's filters.
+func AuditListSQL(p *store.AuditListParams) string {
+	sql, _ := auditListSQL(p)
+	return sql
+}
+
+// AuditScanSQL returns AuditScan's statement.
+func AuditScanSQL() string { return auditScanSQL }
 
 // LookupSQL returns LeaseLiveRun's and AttemptGetByClaimRequest's statements.
 func LookupSQL() (leaseLiveRun, attemptByClaimRequest string) {

@@ -4,16 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/jobplane/jobplane/internal/audit"
+	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -44,13 +47,14 @@ func TestAuditReadsSkipTheSealedChain(t *testing.T) {
 	require.NoError(t, err)
 	after -= 10
 
-	list, scan := postgres.AuditSQL()
+	scan := postgres.AuditScanSQL()
+	list := postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_plan", After: 1})
 	for _, c := range []struct {
 		name, sql string
 		args      []string
 	}{
-		{"scan", scan, []string{strconv.Itoa(after), "0", "100"}},
-		{"list", list, []string{"'tn_plan'", strconv.Itoa(after), "''", "''", "NULL", "100"}},
+		{"scan", scan, []string{strconv.Itoa(after), strconv.Itoa(math.MaxInt64), "100"}},
+		{"list", list, []string{"'tn_plan'", strconv.Itoa(after), "100"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// A generic plan, as the sealer's prepared statement gets after
@@ -75,6 +79,7 @@ type planNode struct {
 	Index    string     `json:"Index Name"`
 	Rows     float64    `json:"Actual Rows"`
 	Loops    float64    `json:"Actual Loops"`
+	Removed  float64    `json:"Rows Removed by Filter"`
 	Plans    []planNode `json:"Plans"`
 }
 
@@ -86,6 +91,72 @@ func chainRows(p planNode) float64 {
 	}
 	for _, c := range p.Plans {
 		n += chainRows(c)
+	}
+	return n
+}
+
+// TestAuditReadsUseTheirBounds: with the generic plans their prepared
+// statements end up with, the sealer's scan up to its horizon reads no
+// event after the horizon, and the audit list of one run or one actor
+// reads that run's or actor's events, not every event of the tenant.
+// Each bound was once a filter ("$2 = 0 OR e.seq <= $2"): the scan read
+// every event written after the horizon at each call, and a run's
+// timeline read the tenant's whole history.
+func TestAuditReadsUseTheirBounds(t *testing.T) {
+	ctx := context.Background()
+	s := testdb.Postgres(t).(*postgres.Store)
+	const n = 3000
+	_, err := postgres.TxStrings(ctx, s, `INSERT INTO audit_events (tenant, at, actor, action, subject, details)
+		SELECT 'tn_bound', now(), CASE WHEN i % 500 = 0 THEN 'usr_rare' ELSE 'usr_' || (i % 300) END, 'test.event', 'run_' || (i % 1000), '{}'
+		FROM generate_series(1, `+strconv.Itoa(n)+`) i RETURNING ''`)
+	require.NoError(t, err)
+	_, err = postgres.PoolStrings(ctx, s, `ANALYZE audit_events`)
+	require.NoError(t, err)
+	first, err := postgres.PoolStrings(ctx, s, `SELECT min(seq)::text FROM audit_events WHERE tenant = 'tn_bound'`)
+	require.NoError(t, err)
+	from, err := strconv.Atoi(first[0])
+	require.NoError(t, err)
+	from--
+
+	for _, c := range []struct {
+		name, sql string
+		args      []string
+		want      float64 // rows the statement answers
+	}{
+		// The horizon 10 events in, 2,990 written after it.
+		{"scan up to a horizon", postgres.AuditScanSQL(), []string{strconv.Itoa(from), strconv.Itoa(from + 10), "1000"}, 10},
+		{"list of a run", postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_bound", RunID: "run_7"}),
+			[]string{"'tn_bound'", strconv.Itoa(from), "'run_7'", "1000"}, 3},
+		{"list of an actor", postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_bound", Actor: "usr_rare"}),
+			[]string{"'tn_bound'", strconv.Itoa(from), "'usr_rare'", "1000"}, 6},
+		{"list of a run since", postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_bound", RunID: "run_7", Since: time.Unix(1, 0)}),
+			[]string{"'tn_bound'", strconv.Itoa(from), "'run_7'", "'1970-01-01T00:00:01Z'", "1000"}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
+				`PREPARE audit_read AS `+c.sql,
+				`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE audit_read(`+strings.Join(c.args, ", ")+`)`,
+				`DEALLOCATE audit_read`)
+			require.NoError(t, err)
+			plan := out[2][0]
+			var plans []struct{ Plan planNode }
+			require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+			require.Equal(t, c.want, plans[0].Plan.Rows, "rows answered: %s", plan)
+			read := eventRows(plans[0].Plan)
+			require.LessOrEqual(t, read, 4*c.want, "the plan reads %v events of audit_events for %v: %s", read, c.want, plan)
+		})
+	}
+}
+
+// eventRows sums the rows that the plan's scans of audit_events and its
+// indexes returned or removed by a filter.
+func eventRows(p planNode) float64 {
+	var n float64
+	if p.Relation == "audit_events" || strings.HasPrefix(p.Index, "audit_events") {
+		n += (p.Rows + p.Removed) * p.Loops
+	}
+	for _, c := range p.Plans {
+		n += eventRows(c)
 	}
 	return n
 }

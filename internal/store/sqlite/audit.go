@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"strings"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -34,18 +36,51 @@ func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*
 	return out, interpretError(rows.Err())
 }
 
-func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
-	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.tenant = ?1 AND e.seq > ?2 AND (?3 = '' OR e.subject = ?3) AND (?4 = '' OR e.actor = ?4)
-			AND (?5 IS NULL OR e.at >= ?5)
-		ORDER BY e.seq LIMIT ?6`,
-		p.Tenant, p.After, p.RunID, p.Actor, micros(p.Since), limit(p.Limit))
+// auditListSQL is AuditList's statement and arguments. It writes only the
+// filters it is given: a condition that also holds when its filter is the
+// empty string (e.subject = ?3 OR ?3 is empty) keeps SQLite from using the
+// subject's index, and a run's timeline read every event of its tenant.
+func auditListSQL(p *store.AuditListParams) (string, []any) {
+	args := []any{p.Tenant, p.After}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.tenant = ? AND e.seq > ?`)
+	if p.RunID != "" {
+		b.WriteString(` AND e.subject = ?`)
+		args = append(args, p.RunID)
+	}
+	if p.Actor != "" {
+		b.WriteString(` AND e.actor = ?`)
+		args = append(args, p.Actor)
+	}
+	if !p.Since.IsZero() {
+		b.WriteString(` AND e.at >= ?`)
+		args = append(args, micros(p.Since))
+	}
+	b.WriteString(` ORDER BY e.seq LIMIT ?`)
+	args = append(args, limit(p.Limit))
+	return b.String(), args
 }
 
+func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {
+	sql, args := auditListSQL(p)
+	return q.auditEvents(ctx, sql, args...)
+}
+
+// auditScanSQL reads the events in (?1, ?2]; AuditScan passes the largest
+// number for "no upper bound".
+const auditScanSQL = `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.seq > ?1 AND e.seq <= ?2 ORDER BY e.seq LIMIT ?3`
+
+// AuditScan bounds the sequence on both sides in the index's terms (no
+// upper bound is the largest number), so that events written after UpTo
+// are not read to be thrown away.
 func (q *queries) AuditScan(ctx context.Context, p *store.AuditScanParams) ([]*store.AuditEvent, error) {
-	return q.auditEvents(ctx, `SELECT `+auditCols+` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.seq > ?1 AND (?2 = 0 OR e.seq <= ?2) ORDER BY e.seq LIMIT ?3`,
-		p.After, p.UpTo, limit(p.Limit))
+	upTo := p.UpTo
+	if upTo == 0 {
+		upTo = math.MaxInt64
+	}
+	return q.auditEvents(ctx, auditScanSQL, p.After, upTo, limit(p.Limit))
 }
 
 func (q *queries) AuditChainHead(ctx context.Context) (*store.AuditSeal, error) {
