@@ -88,6 +88,12 @@ func AuditListSQL(p *store.AuditListParams) string {
 	return sql
 }
 
+// RunListSQL returns RunList's statement for p's filters.
+func RunListSQL(p *store.RunListParams) string {
+	sql, _ := runListSQL(p)
+	return sql
+}
+
 // AuditScanSQL returns AuditScan's statement.
 func AuditScanSQL() string { return auditScanSQL }
 

@@ -148,6 +148,46 @@ func TestAuditReadsUseTheirBounds(t *testing.T) {
 	}
 }
 
+// TestRunsPageStartsAtItsCursor: a page deep in the runs list reads from
+// its cursor on, with the generic plan, not every newer run of the tenant
+// (the cursor was a filter that also held when it was empty).
+func TestRunsPageStartsAtItsCursor(t *testing.T) {
+	ctx := context.Background()
+	s := testdb.Postgres(t).(*postgres.Store)
+	_, err := postgres.TxStrings(ctx, s, `INSERT INTO runs (id, tenant, job, channel, ref, commit_sha, actor, reason,
+			idempotency_key, state, lease_keys, waiting_for, max_attempts, counted_attempts, created_at, updated_at)
+		SELECT 'run_' || lpad(i::text, 5, '0'), 'tn_page', 'job', 'main', 'main', '', 'usr', '', '', 'succeeded', '[]', '', 1, 1, now(), now()
+		FROM generate_series(1, 3000) i RETURNING ''`)
+	require.NoError(t, err)
+	_, err = postgres.PoolStrings(ctx, s, `ANALYZE runs`)
+	require.NoError(t, err)
+	sql := postgres.RunListSQL(&store.RunListParams{Tenant: "tn_page", Before: "run_00100"})
+	out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
+		`PREPARE page AS `+sql,
+		`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page('tn_page', 'run_00100', 51)`,
+		`DEALLOCATE page`)
+	require.NoError(t, err)
+	plan := out[2][0]
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+	require.Equal(t, 51.0, plans[0].Plan.Rows, "rows answered: %s", plan)
+	read := runRows(plans[0].Plan)
+	require.LessOrEqual(t, read, 200.0, "the page reads %v runs for 51: %s", read, plan)
+}
+
+// runRows sums the rows that the plan's scans of runs returned or removed
+// by a filter.
+func runRows(p planNode) float64 {
+	var n float64
+	if p.Relation == "runs" {
+		n += (p.Rows + p.Removed) * p.Loops
+	}
+	for _, c := range p.Plans {
+		n += runRows(c)
+	}
+	return n
+}
+
 // eventRows sums the rows that the plan's scans of audit_events and its
 // indexes returned or removed by a filter.
 func eventRows(p planNode) float64 {

@@ -740,11 +740,35 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 		WHERE tenant = $1 AND actor = $2 AND idempotency_key = $3`, tenant, actor, key)))
 }
 
+// runListSQL is RunList's statement for the filters p gives, and its
+// arguments. Only the given filters are written, as in auditListSQL: the
+// cursor written as a condition that also holds when it is empty was a
+// filter in the generic plan, and a page deep in the list read every
+// newer run of the tenant.
+func runListSQL(p *store.RunListParams) (string, []any) {
+	args := []any{p.Tenant}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + runCols + ` FROM runs WHERE tenant = $1`)
+	and := func(cond string, v any) {
+		args = append(args, v)
+		fmt.Fprintf(&b, " AND "+cond, len(args))
+	}
+	for _, f := range []struct{ cond, v string }{
+		{"id < $%d", p.Before}, {"job = $%d", p.Job}, {"state = $%d", p.State},
+		{"channel = $%d", p.Channel}, {"actor = $%d", p.Actor},
+	} {
+		if f.v != "" {
+			and(f.cond, f.v)
+		}
+	}
+	args = append(args, limit(p.Limit))
+	fmt.Fprintf(&b, " ORDER BY id DESC LIMIT $%d", len(args))
+	return b.String(), args
+}
+
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
-	rows, err := q.db.Query(ctx, `SELECT `+runCols+` FROM runs
-		WHERE tenant = $1 AND ($2 = '' OR job = $2) AND ($3 = '' OR state = $3) AND ($4 = '' OR id < $4)
-		AND ($6 = '' OR channel = $6) AND ($7 = '' OR actor = $7)
-		ORDER BY id DESC LIMIT $5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit), p.Channel, p.Actor)
+	sql, args := runListSQL(p)
+	rows, err := q.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}

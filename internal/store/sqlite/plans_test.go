@@ -13,13 +13,13 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 )
 
-// The audit reads reach their events through an index that holds their
+// The audit reads and the runs list reach their rows through an index that holds their
 // bounds: a run's or an actor's events through that column's index, the
 // sealer's scan through the sequence on both sides. Each was once a
 // filter ("(?3 = ” OR e.subject = ?3)", "(?2 = 0 OR e.seq <= ?2)"), and
 // SQLite then read every event of the tenant, or every event after the
 // horizon, at each call.
-func TestAuditReadsUseTheirIndexes(t *testing.T) {
+func TestListsUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "plans.db"))
 	require.NoError(t, err)
@@ -62,4 +62,8 @@ func TestAuditReadsUseTheirIndexes(t *testing.T) {
 	}
 	got := plan(auditScanSQL, 10, math.MaxInt64, 100)
 	require.Contains(t, got, "INTEGER PRIMARY KEY (rowid>? AND rowid<?)", "scan: %s", got)
+	// A page deep in the runs list starts at its cursor.
+	sql, args := runListSQL(&store.RunListParams{Tenant: "tn", Before: "run_5", Limit: 51})
+	got = plan(sql, args...)
+	require.Contains(t, got, "runs_tenant_id (tenant=? AND id<?)", "runs page: %s", got)
 }

@@ -591,11 +591,31 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 		WHERE tenant = ? AND actor = ? AND idempotency_key = ?`, tenant, actor, key))
 }
 
+// runListSQL is RunList's statement and arguments, with only the filters
+// p gives: the cursor written as a condition that also holds when it is
+// empty kept SQLite from starting the index scan at it, and a page deep
+// in the list read every newer run of the tenant.
+func runListSQL(p *store.RunListParams) (string, []any) {
+	args := []any{p.Tenant}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + runCols + ` FROM runs WHERE tenant = ?`)
+	for _, f := range []struct{ cond, v string }{
+		{"id < ?", p.Before}, {"job = ?", p.Job}, {"state = ?", p.State},
+		{"channel = ?", p.Channel}, {"actor = ?", p.Actor},
+	} {
+		if f.v != "" {
+			b.WriteString(" AND " + f.cond)
+			args = append(args, f.v)
+		}
+	}
+	b.WriteString(" ORDER BY id DESC LIMIT ?")
+	args = append(args, limit(p.Limit))
+	return b.String(), args
+}
+
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
-	return q.runs(ctx, `SELECT `+runCols+` FROM runs
-		WHERE tenant = ?1 AND (?2 = '' OR job = ?2) AND (?3 = '' OR state = ?3) AND (?4 = '' OR id < ?4)
-		AND (?6 = '' OR channel = ?6) AND (?7 = '' OR actor = ?7)
-		ORDER BY id DESC LIMIT ?5`, p.Tenant, p.Job, p.State, p.Before, limit(p.Limit), p.Channel, p.Actor)
+	sql, args := runListSQL(p)
+	return q.runs(ctx, sql, args...)
 }
 
 // runs scans every run a query returns.
