@@ -440,9 +440,13 @@ func (r *Result) String() string {
 	s += fmt.Sprintf("  transactions   %d committed by the store, %.2f per run (%d group transactions carried %d calls)\n",
 		t.Store, t.PerRun, t.Groups, t.Bodies)
 	for _, raw := range r.Raw {
-		s += fmt.Sprintf("  raw loop       %8.1f jobs/s   (%d rows per transaction, %d workers, %d transactions; lifecycle/raw %.3f, claim+result/raw %.3f)\n",
-			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions,
+		s += fmt.Sprintf("  raw loop       %8.1f jobs/s   (%d rows per transaction, %d workers, %d transactions; %s; lifecycle/raw %.3f, claim+result/raw %.3f",
+			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions, cpuText(raw.Phase),
 			ratio(r.Lifecycle.PerSecond, raw.Phase.PerSecond), ratio(r.ClaimResult.PerSecond, raw.Phase.PerSecond))
+		if c := ratio(cpuTotal(raw.Phase), cpuTotal(r.Lifecycle)); c > 0 {
+			s += fmt.Sprintf("; by CPU lifecycle/raw %.3f", c)
+		}
+		s += ")\n"
 	}
 	if r.Verification.OK() {
 		s += fmt.Sprintf("  verified: all %d runs succeeded on their only attempt, each claimed once\n", r.Verification.Checked)

@@ -59,6 +59,11 @@ func TestRunSmoke(t *testing.T) {
 			if len(res.Raw) != 2 || res.Raw[0].Batch != 1 || res.Raw[1].Batch != 4 || res.Raw[0].Phase.Ops != 30 || res.Raw[1].Phase.PerSecond <= 0 {
 				t.Errorf("raw loops: %+v", res.Raw)
 			}
+			if res.Raw[0].Phase.CPUPerOpUs <= 0 || res.Lifecycle.CPUPerOpUs <= 0 {
+				t.Errorf("CPU per operation not measured: raw %+v, lifecycle %+v", res.Raw[0].Phase, res.Lifecycle)
+			} else if !strings.Contains(res.String(), "by CPU lifecycle/raw") {
+				t.Errorf("summary without the ratio by CPU:\n%s", res.String())
+			}
 			if res.Request.PerSecond <= 0 || res.ClaimResult.PerSecond <= 0 {
 				t.Errorf("rates: %+v %+v", res.Request, res.ClaimResult)
 			}

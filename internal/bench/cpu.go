@@ -125,6 +125,14 @@ func (m dbMeter) perRun(start time.Duration, runs int) float64 {
 	return float64((m.now()-start)/time.Microsecond) / float64(runs)
 }
 
+// cpuTotal is a phase's CPU per operation, this process's and the
+// database server's together. On a machine whose cores are all busy, the
+// rates of two phases are in the inverse ratio of their totals; where they
+// are not (a loop that mostly waits for commits), the ratio of the totals
+// says what the rates would be if they were. So the report prints
+// "lifecycle/raw by CPU": the raw loop's total over the lifecycle's.
+func cpuTotal(p Phase) float64 { return p.CPUPerOpUs + p.DBCPUPerOpUs }
+
 // cpuText is a phase's CPU per run as the report prints it.
 func cpuText(p Phase) string {
 	s := fmt.Sprintf("%.0f µs CPU/run", p.CPUPerOpUs)

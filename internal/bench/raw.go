@@ -76,6 +76,8 @@ func RunRaw(ctx context.Context, dsn string, n, workers, batch int) (*Raw, error
 	}
 	var txs atomic.Int64
 	g, gctx := newGroup(ctx)
+	dbm := newDBMeter(dsn)
+	cpu0, db0 := processCPU(), dbm.now()
 	start := clock.Real{}.Now()
 	for range workers {
 		g.Go(func() error {
@@ -99,6 +101,8 @@ func RunRaw(ctx context.Context, dsn string, n, workers, batch int) (*Raw, error
 		return nil, err
 	}
 	elapsed := clock.Real{}.Now().Sub(start)
+	phase := newPhase(n, elapsed)
+	phase.CPUPerOpUs, phase.DBCPUPerOpUs = cpuPerRun(cpu0, n), dbm.perRun(db0, n)
 	done, bad, err := q.check(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("raw loop: check: %w", err)
@@ -106,7 +110,7 @@ func RunRaw(ctx context.Context, dsn string, n, workers, batch int) (*Raw, error
 	if done != n || bad != 0 {
 		return nil, fmt.Errorf("raw loop: %d of %d rows completed, %d claimed other than once: %w", done, n, bad, ErrVerify)
 	}
-	return &Raw{Batch: batch, Phase: newPhase(n, elapsed), Transactions: int(txs.Load())}, nil
+	return &Raw{Batch: batch, Phase: phase, Transactions: int(txs.Load())}, nil
 }
 
 type rawQueue interface {
