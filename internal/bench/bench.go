@@ -415,10 +415,10 @@ func (r *Result) String() string {
 		return s
 	}
 	s += fmt.Sprintf("  request        %8.1f runs/s   (%d in %.2fs; call p50 %.2f ms, p99 %.2f ms; %s)\n",
-		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, cpuText(r.Request))
+		r.Request.PerSecond, r.Request.Ops, r.Request.Seconds, r.RequestLatency.P50ms, r.RequestLatency.P99ms, cpuText(r.Request, "run"))
 	s += fmt.Sprintf("  claim+result   %8.1f runs/s   (%d in %.2fs; claim p50 %.2f ms, p99 %.2f ms; result p50 %.2f ms, p99 %.2f ms; %s)\n",
 		r.ClaimResult.PerSecond, r.ClaimResult.Ops, r.ClaimResult.Seconds,
-		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, cpuText(r.ClaimResult))
+		r.ClaimLatency.P50ms, r.ClaimLatency.P99ms, r.ResultLatency.P50ms, r.ResultLatency.P99ms, cpuText(r.ClaimResult, "run"))
 	s += fmt.Sprintf("  request→claimed p50 %.0f ms, p99 %.0f ms (queueing: all runs are requested before the first claim)\n",
 		r.RequestToClaimed.P50ms, r.RequestToClaimed.P99ms)
 	steps := "request, long-poll claim, "
@@ -431,7 +431,7 @@ func (r *Result) String() string {
 		steps += "result carrying a log chunk"
 	}
 	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %s)\n",
-		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, cpuText(r.Lifecycle))
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, cpuText(r.Lifecycle, "run"))
 	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
 		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
 	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",
@@ -441,7 +441,7 @@ func (r *Result) String() string {
 		t.Store, t.PerRun, t.Groups, t.Bodies)
 	for _, raw := range r.Raw {
 		s += fmt.Sprintf("  raw loop       %8.1f jobs/s   (%d rows per transaction, %d workers, %d transactions; %s; lifecycle/raw %.3f, claim+result/raw %.3f",
-			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions, cpuText(raw.Phase),
+			raw.Phase.PerSecond, raw.Batch, r.Workers, raw.Transactions, cpuText(raw.Phase, "job"),
 			ratio(r.Lifecycle.PerSecond, raw.Phase.PerSecond), ratio(r.ClaimResult.PerSecond, raw.Phase.PerSecond))
 		if c := ratio(cpuTotal(raw.Phase), cpuTotal(r.Lifecycle)); c > 0 {
 			s += fmt.Sprintf("; by CPU lifecycle/raw %.3f", c)

@@ -133,9 +133,9 @@ func (m dbMeter) perRun(start time.Duration, runs int) float64 {
 // "lifecycle/raw by CPU": the raw loop's total over the lifecycle's.
 func cpuTotal(p Phase) float64 { return p.CPUPerOpUs + p.DBCPUPerOpUs }
 
-// cpuText is a phase's CPU per run as the report prints it.
-func cpuText(p Phase) string {
-	s := fmt.Sprintf("%.0f µs CPU/run", p.CPUPerOpUs)
+// cpuText is a phase's CPU per operation (unit) as the report prints it.
+func cpuText(p Phase, unit string) string {
+	s := fmt.Sprintf("%.0f µs CPU/%s", p.CPUPerOpUs, unit)
 	if p.DBCPUPerOpUs > 0 {
 		s += fmt.Sprintf(" + %.0f µs in PostgreSQL", p.DBCPUPerOpUs)
 	}
