@@ -93,8 +93,8 @@ func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor contr
 	if prefersMinimal(r) {
 		// The same answers with each run as RunBrief: a caller requesting
 		// a hundred runs at a time need not have each one's kilobyte of
-		// decision record and parameters encoded and sent back (a
-		// quarter of the CPU per requested run in the benchmark's
+		// decision record and parameters encoded and sent back (about
+		// a third of the CPU per requested run in the benchmark's
 		// request phase, server and caller together).
 		briefs := make([]briefAnswer, len(outs))
 		for i, o := range outs {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -44,7 +45,7 @@ func (c *Client) doHeader(ctx context.Context, method string, header http.Header
 		return err
 	}
 	for k, vs := range header {
-		req.Header[k] = vs
+		req.Header[k] = slices.Clone(vs) // header may be shared, as preferMinimal is
 	}
 	c.authorize(req)
 	_, err = send(c.HTTP, req, out)
