@@ -317,6 +317,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return res, err
 	}
 	if cfg.Raw {
+		if err := env.StopServer(); err != nil {
+			return res, err
+		}
 		for _, batch := range []int{1, cfg.RawBatch} {
 			raw, err := RunRaw(ctx, env.DSN, cfg.Runs, cfg.Workers, batch)
 			if err != nil {

@@ -83,6 +83,7 @@ type Env struct {
 	dir string
 	// repoWritten is when the definitions' branch head was written.
 	repoWritten time.Time
+	stopped     bool
 }
 
 // StartEnv starts a server for a benchmark. Close it when done: it stops
@@ -161,13 +162,26 @@ func freePort() (string, error) {
 
 // Close stops the server and removes the temporary directory.
 func (e *Env) Close() error {
+	return errors.Join(e.StopServer(), os.RemoveAll(e.dir))
+}
+
+// StopServer stops the server and keeps its directory (and a SQLite
+// database there), so that what runs after the phases, the raw loops,
+// shares neither the database nor the CPU with the server's background
+// work (the audit sealer, sweeps, waiting claims). Close calls it if it
+// was not called.
+func (e *Env) StopServer() error {
+	if e.stopped {
+		return nil
+	}
+	e.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := e.Server.Stop(ctx)
 	if t, ok := e.HTTP.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()
 	}
-	return errors.Join(err, os.RemoveAll(e.dir))
+	return err
 }
 
 // Settle waits, once, until the definitions' branch head is older than
