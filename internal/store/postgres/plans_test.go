@@ -59,15 +59,8 @@ func TestAuditReadsSkipTheSealedChain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			// A generic plan, as the sealer's prepared statement gets after
 			// a few runs: it cannot see how close to the end $1 is.
-			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-				`PREPARE audit_read AS `+c.sql,
-				`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE audit_read(`+strings.Join(c.args, ", ")+`)`,
-				`DEALLOCATE audit_read`)
-			require.NoError(t, err)
-			plan := out[2][0]
-			var plans []struct{ Plan planNode }
-			require.NoError(t, json.Unmarshal([]byte(plan), &plans))
-			rows := chainRows(plans[0].Plan)
+			top, plan := analyzeGeneric(t, s, c.sql, c.args...)
+			rows := relationRows(top, "audit_chain")
 			require.GreaterOrEqual(t, rows, 10.0, "the plan reads the links of the last events: %s", plan)
 			require.LessOrEqual(t, rows, 100.0, "the plan reads %v links of audit_chain for 10 events: %s", rows, plan)
 		})
@@ -83,14 +76,31 @@ type planNode struct {
 	Plans    []planNode `json:"Plans"`
 }
 
-// chainRows sums the rows that the plan's scans of audit_chain returned.
-func chainRows(p planNode) float64 {
+// analyzeGeneric runs sql with args (SQL literals) under EXPLAIN ANALYZE
+// with the generic plan a prepared statement gets after a few calls, and
+// returns the plan's top node and the plan as text.
+func analyzeGeneric(t *testing.T, s *postgres.Store, sql string, args ...string) (planNode, string) {
+	t.Helper()
+	out, err := postgres.TxStringsSeq(context.Background(), s, `SET LOCAL plan_cache_mode = force_generic_plan`,
+		`PREPARE analyzed AS `+sql,
+		`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE analyzed(`+strings.Join(args, ", ")+`)`,
+		`DEALLOCATE analyzed`)
+	require.NoError(t, err)
+	plan := out[2][0]
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+	return plans[0].Plan, plan
+}
+
+// relationRows sums the rows that the plan's scans of table and of its
+// indexes (named after it) returned or removed by a filter.
+func relationRows(p planNode, table string) float64 {
 	var n float64
-	if p.Relation == "audit_chain" || strings.HasPrefix(p.Index, "audit_chain") {
-		n += p.Rows * p.Loops
+	if p.Relation == table || strings.HasPrefix(p.Index, table+"_") {
+		n += (p.Rows + p.Removed) * p.Loops
 	}
 	for _, c := range p.Plans {
-		n += chainRows(c)
+		n += relationRows(c, table)
 	}
 	return n
 }
@@ -133,16 +143,9 @@ func TestAuditReadsUseTheirBounds(t *testing.T) {
 			[]string{"'tn_bound'", strconv.Itoa(from), "'run_7'", "'1970-01-01T00:00:01Z'", "1000"}, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-				`PREPARE audit_read AS `+c.sql,
-				`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE audit_read(`+strings.Join(c.args, ", ")+`)`,
-				`DEALLOCATE audit_read`)
-			require.NoError(t, err)
-			plan := out[2][0]
-			var plans []struct{ Plan planNode }
-			require.NoError(t, json.Unmarshal([]byte(plan), &plans))
-			require.Equal(t, c.want, plans[0].Plan.Rows, "rows answered: %s", plan)
-			read := eventRows(plans[0].Plan)
+			top, plan := analyzeGeneric(t, s, c.sql, c.args...)
+			require.Equal(t, c.want, top.Rows, "rows answered: %s", plan)
+			read := relationRows(top, "audit_events")
 			require.LessOrEqual(t, read, 4*c.want, "the plan reads %v events of audit_events for %v: %s", read, c.want, plan)
 		})
 	}
@@ -162,43 +165,10 @@ func TestRunsPageStartsAtItsCursor(t *testing.T) {
 	_, err = postgres.PoolStrings(ctx, s, `ANALYZE runs`)
 	require.NoError(t, err)
 	sql := postgres.RunListSQL(&store.RunListParams{Tenant: "tn_page", Before: "run_00100"})
-	out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-		`PREPARE page AS `+sql,
-		`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page('tn_page', 'run_00100', 51)`,
-		`DEALLOCATE page`)
-	require.NoError(t, err)
-	plan := out[2][0]
-	var plans []struct{ Plan planNode }
-	require.NoError(t, json.Unmarshal([]byte(plan), &plans))
-	require.Equal(t, 51.0, plans[0].Plan.Rows, "rows answered: %s", plan)
-	read := runRows(plans[0].Plan)
+	top, plan := analyzeGeneric(t, s, sql, "'tn_page'", "'run_00100'", "51")
+	require.Equal(t, 51.0, top.Rows, "rows answered: %s", plan)
+	read := relationRows(top, "runs")
 	require.LessOrEqual(t, read, 200.0, "the page reads %v runs for 51: %s", read, plan)
-}
-
-// runRows sums the rows that the plan's scans of runs returned or removed
-// by a filter.
-func runRows(p planNode) float64 {
-	var n float64
-	if p.Relation == "runs" {
-		n += (p.Rows + p.Removed) * p.Loops
-	}
-	for _, c := range p.Plans {
-		n += runRows(c)
-	}
-	return n
-}
-
-// eventRows sums the rows that the plan's scans of audit_events and its
-// indexes returned or removed by a filter.
-func eventRows(p planNode) float64 {
-	var n float64
-	if p.Relation == "audit_events" || strings.HasPrefix(p.Index, "audit_events") {
-		n += (p.Rows + p.Removed) * p.Loops
-	}
-	for _, c := range p.Plans {
-		n += eventRows(c)
-	}
-	return n
 }
 
 // TestLookupsUsePartialIndexes: the lookups of a live run holding a lease
