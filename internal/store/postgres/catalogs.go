@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,10 +40,30 @@ func (q *queries) CatalogInsert(ctx context.Context, c *store.Catalog) error {
 	return err
 }
 
+// catalogListSQL writes only the filters p gives, as runListSQL does, so
+// that a tenant's list reaches its rows through catalogs_by_status: a row
+// is kept for every commit of every channel, superseded ones included.
+func catalogListSQL(p *store.CatalogListParams) (string, []any) {
+	var args []any
+	var conds []string
+	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"channel", p.Channel}, {"status", string(p.Status)}} {
+		if f.v != "" {
+			args = append(args, f.v)
+			conds = append(conds, fmt.Sprintf("%s = $%d", f.col, len(args)))
+		}
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	args = append(args, limit(p.Limit))
+	return fmt.Sprintf(`SELECT %s FROM catalogs%s ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT $%d`,
+		catalogCols, where, len(args)), args
+}
+
 func (q *queries) CatalogList(ctx context.Context, p *store.CatalogListParams) ([]*store.Catalog, error) {
-	rows, err := q.db.Query(ctx, `SELECT `+catalogCols+` FROM catalogs
-		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR channel = $2) AND ($3 = '' OR status = $3)
-		ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT $4`, p.Tenant, p.Channel, string(p.Status), limit(p.Limit))
+	sql, args := catalogListSQL(p)
+	rows, err := q.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}

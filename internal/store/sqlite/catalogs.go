@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -32,10 +33,29 @@ func (q *queries) CatalogInsert(ctx context.Context, c *store.Catalog) error {
 			microsZero(c.CommittedAt), micros(c.LoadedAt)}, timeCol{&c.LoadedAt})
 }
 
+// catalogListSQL writes only the filters p gives, as runListSQL does, so
+// that a tenant's list can use its index: a row is kept for every commit
+// of every channel, superseded ones included.
+func catalogListSQL(p *store.CatalogListParams) (string, []any) {
+	var args []any
+	var conds []string
+	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"channel", p.Channel}, {"status", string(p.Status)}} {
+		if f.v != "" {
+			args = append(args, f.v)
+			conds = append(conds, f.col+" = ?")
+		}
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	args = append(args, limit(p.Limit))
+	return `SELECT ` + catalogCols + ` FROM catalogs` + where + ` ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT ?`, args
+}
+
 func (q *queries) CatalogList(ctx context.Context, p *store.CatalogListParams) ([]*store.Catalog, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+catalogCols+` FROM catalogs
-		WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR channel = ?2) AND (?3 = '' OR status = ?3)
-		ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT ?4`, p.Tenant, p.Channel, string(p.Status), limit(p.Limit))
+	sql, args := catalogListSQL(p)
+	rows, err := q.db.QueryContext(ctx, sql, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
