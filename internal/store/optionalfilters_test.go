@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// optionalFilter matches a condition that also holds when its parameter is
-// empty, zero or NULL ("$2 = '' OR job = $2"): one statement for every
-// combination of filters. A planner cannot use such a condition to start
+// optionalFilter matches a condition that also holds when its parameter
+// is empty, zero or NULL (job = $2, or $2 is the empty string): one
+// statement for every combination of filters. A planner cannot use such a condition to start
 // or stop an index scan (PostgreSQL's generic plan, which a prepared
 // statement gets after a few calls, and SQLite's every plan), so the
 // statement reads every row its other conditions allow. It made a run's
