@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/store"
@@ -56,26 +55,12 @@ const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.detail
 // auditListSQL is AuditList's statement for the filters p gives, and its
 // arguments.
 func auditListSQL(p *store.AuditListParams) (string, []any) {
-	args := []any{p.Tenant, p.After}
-	var b strings.Builder
-	b.WriteString(`SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
-		WHERE e.tenant = $1 AND e.seq > $2`)
-	and := func(cond string, v any) {
-		args = append(args, v)
-		fmt.Fprintf(&b, " AND "+cond, len(args))
-	}
-	if p.RunID != "" {
-		and("e.subject = $%d", p.RunID)
-	}
-	if p.Actor != "" {
-		and("e.actor = $%d", p.Actor)
-	}
-	if !p.Since.IsZero() {
-		and("e.at >= $%d", p.Since)
-	}
+	conds, args := andFilters([]any{p.Tenant, p.After},
+		filter{"e.subject = $%d", p.RunID, p.RunID != ""}, filter{"e.actor = $%d", p.Actor, p.Actor != ""},
+		filter{"e.at >= $%d", p.Since, !p.Since.IsZero()})
 	args = append(args, limit(p.Limit))
-	fmt.Fprintf(&b, " ORDER BY e.seq LIMIT $%d", len(args))
-	return b.String(), args
+	return fmt.Sprintf(`SELECT %s FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
+		WHERE e.tenant = $1 AND e.seq > $2%s ORDER BY e.seq LIMIT $%d`, auditCols, conds, len(args)), args
 }
 
 // auditScanSQL reads the events in (after, upTo]; AuditScan passes the

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,25 +39,16 @@ func (q *queries) CatalogInsert(ctx context.Context, c *store.Catalog) error {
 	return err
 }
 
-// catalogListSQL writes only the filters p gives, as runListSQL does, so
-// that a tenant's list reaches its rows through catalogs_by_status: a row
-// is kept for every commit of every channel, superseded ones included.
+// catalogListSQL writes only the filters p gives (andFilters), so that a
+// tenant's list reaches its rows through catalogs_by_status: a row is kept
+// for every commit of every channel, superseded ones included.
 func catalogListSQL(p *store.CatalogListParams) (string, []any) {
-	var args []any
-	var conds []string
-	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"channel", p.Channel}, {"status", string(p.Status)}} {
-		if f.v != "" {
-			args = append(args, f.v)
-			conds = append(conds, fmt.Sprintf("%s = $%d", f.col, len(args)))
-		}
-	}
-	where := ""
-	if len(conds) > 0 {
-		where = " WHERE " + strings.Join(conds, " AND ")
-	}
+	conds, args := andFilters(nil,
+		filter{"tenant = $%d", p.Tenant, p.Tenant != ""}, filter{"channel = $%d", p.Channel, p.Channel != ""},
+		filter{"status = $%d", string(p.Status), p.Status != ""})
 	args = append(args, limit(p.Limit))
-	return fmt.Sprintf(`SELECT %s FROM catalogs%s ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT $%d`,
-		catalogCols, where, len(args)), args
+	return fmt.Sprintf(`SELECT %s FROM catalogs WHERE TRUE%s ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT $%d`,
+		catalogCols, conds, len(args)), args
 }
 
 func (q *queries) CatalogList(ctx context.Context, p *store.CatalogListParams) ([]*store.Catalog, error) {

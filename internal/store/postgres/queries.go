@@ -740,30 +740,40 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 		WHERE tenant = $1 AND actor = $2 AND idempotency_key = $3`, tenant, actor, key)))
 }
 
-// runListSQL is RunList's statement for the filters p gives, and its
-// arguments. Only the given filters are written, as in auditListSQL: the
-// cursor written as a condition that also holds when it is empty was a
-// filter in the generic plan, and a page deep in the list read every
-// newer run of the tenant.
-func runListSQL(p *store.RunListParams) (string, []any) {
-	args := []any{p.Tenant}
+// filter is one optional condition of a list statement: cond with a "%d"
+// where its parameter's number goes, written only when set.
+type filter struct {
+	cond string
+	v    any
+	set  bool
+}
+
+// andFilters is " AND cond" for each filter that is set, its parameter
+// numbered after args, and args with their values. A list statement
+// carries only the filters it is given: a condition that also holds when
+// its parameter is empty is a filter, not an index bound, in the generic
+// plan a prepared statement ends up with (TestNoOptionalFilterConditions).
+func andFilters(args []any, fs ...filter) (string, []any) {
 	var b strings.Builder
-	b.WriteString(`SELECT ` + runCols + ` FROM runs WHERE tenant = $1`)
-	and := func(cond string, v any) {
-		args = append(args, v)
-		fmt.Fprintf(&b, " AND "+cond, len(args))
-	}
-	for _, f := range []struct{ cond, v string }{
-		{"id < $%d", p.Before}, {"job = $%d", p.Job}, {"state = $%d", p.State},
-		{"channel = $%d", p.Channel}, {"actor = $%d", p.Actor},
-	} {
-		if f.v != "" {
-			and(f.cond, f.v)
+	for _, f := range fs {
+		if f.set {
+			args = append(args, f.v)
+			fmt.Fprintf(&b, " AND "+f.cond, len(args))
 		}
 	}
-	args = append(args, limit(p.Limit))
-	fmt.Fprintf(&b, " ORDER BY id DESC LIMIT $%d", len(args))
 	return b.String(), args
+}
+
+// runListSQL is RunList's statement for the filters p gives, and its
+// arguments. With the cursor a filter, a page deep in the list read every
+// newer run of the tenant.
+func runListSQL(p *store.RunListParams) (string, []any) {
+	conds, args := andFilters([]any{p.Tenant},
+		filter{"id < $%d", p.Before, p.Before != ""}, filter{"job = $%d", p.Job, p.Job != ""},
+		filter{"state = $%d", p.State, p.State != ""}, filter{"channel = $%d", p.Channel, p.Channel != ""},
+		filter{"actor = $%d", p.Actor, p.Actor != ""})
+	args = append(args, limit(p.Limit))
+	return fmt.Sprintf(`SELECT %s FROM runs WHERE tenant = $1%s ORDER BY id DESC LIMIT $%d`, runCols, conds, len(args)), args
 }
 
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"strings"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -36,30 +35,15 @@ func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*
 	return out, interpretError(rows.Err())
 }
 
-// auditListSQL is AuditList's statement and arguments. It writes only the
-// filters it is given: a condition that also holds when its filter is the
-// empty string (e.subject = ?3 OR ?3 is empty) keeps SQLite from using the
-// subject's index, and a run's timeline read every event of its tenant.
+// auditListSQL is AuditList's statement and arguments, with only the
+// filters p gives (andFilters): with the subject a filter, a run's
+// timeline read every event of its tenant.
 func auditListSQL(p *store.AuditListParams) (string, []any) {
-	args := []any{p.Tenant, p.After}
-	var b strings.Builder
-	b.WriteString(`SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.tenant = ? AND e.seq > ?`)
-	if p.RunID != "" {
-		b.WriteString(` AND e.subject = ?`)
-		args = append(args, p.RunID)
-	}
-	if p.Actor != "" {
-		b.WriteString(` AND e.actor = ?`)
-		args = append(args, p.Actor)
-	}
-	if !p.Since.IsZero() {
-		b.WriteString(` AND e.at >= ?`)
-		args = append(args, micros(p.Since))
-	}
-	b.WriteString(` ORDER BY e.seq LIMIT ?`)
-	args = append(args, limit(p.Limit))
-	return b.String(), args
+	conds, args := andFilters([]any{p.Tenant, p.After},
+		filter{"e.subject = ?", p.RunID, p.RunID != ""}, filter{"e.actor = ?", p.Actor, p.Actor != ""},
+		filter{"e.at >= ?", micros(p.Since), !p.Since.IsZero()})
+	return `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
+		WHERE e.tenant = ? AND e.seq > ?` + conds + ` ORDER BY e.seq LIMIT ?`, append(args, limit(p.Limit))
 }
 
 func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -33,24 +32,15 @@ func (q *queries) CatalogInsert(ctx context.Context, c *store.Catalog) error {
 			microsZero(c.CommittedAt), micros(c.LoadedAt)}, timeCol{&c.LoadedAt})
 }
 
-// catalogListSQL writes only the filters p gives, as runListSQL does, so
-// that a tenant's list can use its index: a row is kept for every commit
-// of every channel, superseded ones included.
+// catalogListSQL writes only the filters p gives (andFilters), so that a
+// tenant's list can use its index: a row is kept for every commit of every
+// channel, superseded ones included.
 func catalogListSQL(p *store.CatalogListParams) (string, []any) {
-	var args []any
-	var conds []string
-	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"channel", p.Channel}, {"status", string(p.Status)}} {
-		if f.v != "" {
-			args = append(args, f.v)
-			conds = append(conds, f.col+" = ?")
-		}
-	}
-	where := ""
-	if len(conds) > 0 {
-		where = " WHERE " + strings.Join(conds, " AND ")
-	}
-	args = append(args, limit(p.Limit))
-	return `SELECT ` + catalogCols + ` FROM catalogs` + where + ` ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT ?`, args
+	conds, args := andFilters(nil,
+		filter{"tenant = ?", p.Tenant, p.Tenant != ""}, filter{"channel = ?", p.Channel, p.Channel != ""},
+		filter{"status = ?", string(p.Status), p.Status != ""})
+	return `SELECT ` + catalogCols + ` FROM catalogs WHERE 1` + conds +
+		` ORDER BY loaded_at DESC, channel, branch, commit_sha LIMIT ?`, append(args, limit(p.Limit))
 }
 
 func (q *queries) CatalogList(ctx context.Context, p *store.CatalogListParams) ([]*store.Catalog, error) {

@@ -591,26 +591,38 @@ func (q *queries) RunGetByIdempotencyKey(ctx context.Context, tenant, actor, key
 		WHERE tenant = ? AND actor = ? AND idempotency_key = ?`, tenant, actor, key))
 }
 
-// runListSQL is RunList's statement and arguments, with only the filters
-// p gives: the cursor written as a condition that also holds when it is
-// empty kept SQLite from starting the index scan at it, and a page deep
-// in the list read every newer run of the tenant.
-func runListSQL(p *store.RunListParams) (string, []any) {
-	args := []any{p.Tenant}
+// filter is one optional condition of a list statement, written with its
+// parameter only when set.
+type filter struct {
+	cond string
+	v    any
+	set  bool
+}
+
+// andFilters is " AND cond" for each filter that is set, and args with
+// their values. A list statement carries only the filters it is given: a
+// condition that also holds when its parameter is empty keeps SQLite from
+// using an index for it (TestNoOptionalFilterConditions).
+func andFilters(args []any, fs ...filter) (string, []any) {
 	var b strings.Builder
-	b.WriteString(`SELECT ` + runCols + ` FROM runs WHERE tenant = ?`)
-	for _, f := range []struct{ cond, v string }{
-		{"id < ?", p.Before}, {"job = ?", p.Job}, {"state = ?", p.State},
-		{"channel = ?", p.Channel}, {"actor = ?", p.Actor},
-	} {
-		if f.v != "" {
+	for _, f := range fs {
+		if f.set {
 			b.WriteString(" AND " + f.cond)
 			args = append(args, f.v)
 		}
 	}
-	b.WriteString(" ORDER BY id DESC LIMIT ?")
-	args = append(args, limit(p.Limit))
 	return b.String(), args
+}
+
+// runListSQL is RunList's statement and arguments, with only the filters
+// p gives: with the cursor a filter, a page deep in the list read every
+// newer run of the tenant.
+func runListSQL(p *store.RunListParams) (string, []any) {
+	conds, args := andFilters([]any{p.Tenant},
+		filter{"id < ?", p.Before, p.Before != ""}, filter{"job = ?", p.Job, p.Job != ""},
+		filter{"state = ?", p.State, p.State != ""}, filter{"channel = ?", p.Channel, p.Channel != ""},
+		filter{"actor = ?", p.Actor, p.Actor != ""})
+	return `SELECT ` + runCols + ` FROM runs WHERE tenant = ?` + conds + ` ORDER BY id DESC LIMIT ?`, append(args, limit(p.Limit))
 }
 
 func (q *queries) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
