@@ -58,25 +58,32 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request, actor contro
 	if created {
 		status = http.StatusCreated
 	}
-	if prefersMinimal(r) {
-		applyMinimal(w)
-		writeJSON(w, status, runBrief(v))
-		return
+	writeJSON(w, status, requestedRunAs(w, r)(v))
+}
+
+// requestedRunAs is how the routes that request runs answer with a run:
+// whole (runJSON), or as protocol.RunBrief when the caller sent "Prefer:
+// return=minimal", which it then tells the caller it honoured. A caller
+// requesting a hundred runs at a time need not have each one's kilobyte of
+// decision record and parameters encoded and sent back (about a third of
+// the CPU per requested run in the benchmark's request phase, server and
+// caller together).
+func requestedRunAs(w http.ResponseWriter, r *http.Request) func(*control.RunView) any {
+	if !prefersMinimal(r) {
+		return func(v *control.RunView) any { return runJSON(v) }
 	}
-	writeJSON(w, status, runJSON(v))
+	applyMinimal(w)
+	return func(v *control.RunView) any {
+		return protocol.RunBrief{ID: v.Run.ID, State: string(v.Run.State), WaitingFor: v.Run.WaitingFor, CreatedAt: v.Run.CreatedAt.UTC()}
+	}
 }
 
-// runBrief is the run as a caller that sent "Prefer: return=minimal" gets
-// it from the routes that request runs.
-func runBrief(v *control.RunView) protocol.RunBrief {
-	return protocol.RunBrief{ID: v.Run.ID, State: string(v.Run.State), WaitingFor: v.Run.WaitingFor, CreatedAt: v.Run.CreatedAt.UTC()}
-}
-
-// briefAnswer is a protocol.RunAnswer whose run is a protocol.RunBrief.
-type briefAnswer struct {
-	Status int                `json:"status"`
-	Run    *protocol.RunBrief `json:"run,omitempty"`
-	Error  *protocol.Problem  `json:"error,omitempty"`
+// runAnswer is a protocol.RunAnswer whose run is in either of
+// requestedRunAs's forms.
+type runAnswer struct {
+	Status int               `json:"status"`
+	Run    any               `json:"run,omitempty"`
+	Error  *protocol.Problem `json:"error,omitempty"`
 }
 
 func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor control.Actor) {
@@ -90,45 +97,22 @@ func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor contr
 		writeError(w, h.log, err)
 		return
 	}
-	if prefersMinimal(r) {
-		// The same answers with each run as RunBrief: a caller requesting
-		// a hundred runs at a time need not have each one's kilobyte of
-		// decision record and parameters encoded and sent back (about
-		// a third of the CPU per requested run in the benchmark's
-		// request phase, server and caller together).
-		briefs := make([]briefAnswer, len(outs))
-		for i, o := range outs {
-			if o.Err != nil {
-				p := problemOf(h.log, o.Err)
-				briefs[i] = briefAnswer{Status: p.Status, Error: &p}
-				continue
-			}
-			b := runBrief(o.View)
-			briefs[i] = briefAnswer{Status: http.StatusOK, Run: &b}
-			if o.Created {
-				briefs[i].Status = http.StatusCreated
-			}
-		}
-		applyMinimal(w)
-		writeJSON(w, http.StatusOK, struct {
-			Runs []briefAnswer `json:"runs"`
-		}{briefs})
-		return
-	}
-	resp := protocol.RunsResponse{Runs: make([]protocol.RunAnswer, len(outs))}
+	as := requestedRunAs(w, r)
+	answers := make([]runAnswer, len(outs))
 	for i, o := range outs {
 		if o.Err != nil {
 			p := problemOf(h.log, o.Err)
-			resp.Runs[i] = protocol.RunAnswer{Status: p.Status, Error: &p}
+			answers[i] = runAnswer{Status: p.Status, Error: &p}
 			continue
 		}
-		run := runJSON(o.View)
-		resp.Runs[i] = protocol.RunAnswer{Status: http.StatusOK, Run: &run}
+		answers[i] = runAnswer{Status: http.StatusOK, Run: as(o.View)}
 		if o.Created {
-			resp.Runs[i].Status = http.StatusCreated
+			answers[i].Status = http.StatusCreated
 		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, struct {
+		Runs []runAnswer `json:"runs"`
+	}{answers})
 }
 
 func (h *Handler) getRun(w http.ResponseWriter, r *http.Request, actor control.Actor) {
