@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,30 @@ func TestRunRequestBatch(t *testing.T) {
 			}
 			if !strings.Contains(res.String(), "up to 8 runs per call") {
 				t.Errorf("summary does not say the requests were batched:\n%s", res)
+			}
+		})
+	}
+}
+
+// The docs say a database may be measured again: a second benchmark on
+// the database of a first opens the signing keys the first sealed there
+// (every benchmark server seals with the same key) and verifies only its
+// own runs.
+func TestRunAgainOnTheSameDatabase(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			db := stores()[name](t)
+			if db == "" {
+				db = "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+			}
+			for round := 1; round <= 2; round++ {
+				res, err := Run(context.Background(), Config{DB: db, Runs: 10, Workers: 2, Clients: 1, Dispatch: 2})
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if res.Verification.Checked != 10+10+2 {
+					t.Errorf("round %d checked %d runs, want %d (its own)", round, res.Verification.Checked, 10+10+2)
+				}
 			}
 		})
 	}
