@@ -74,8 +74,8 @@ type Config struct {
 	// CommitBatch bounds the calls of one group transaction; 1 turns group
 	// commit off (for comparison), 0 is the server's default.
 	CommitBatch int
-	// CommitConcurrency bounds the server's group transactions in flight
-	// at once; 0 is the server's default.
+	// CommitConcurrency bounds the server's group transactions running
+	// their bodies at once; 0 is the server's default.
 	CommitConcurrency int
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger

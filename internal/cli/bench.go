@@ -25,7 +25,7 @@ type BenchCmd struct {
 	BatchResults      bool   `name:"batch-results" help:"Have a runner report the results of the attempts it claimed together in one signed call (POST /v1/runner/results) instead of one call each; useful with --claim-max."`
 	RequestBatch      int    `name:"request-batch" default:"1" help:"Runs a client requests per call in the request and lifecycle phases (POST /v1/runs/batch above 1, as a backfill would); the dispatch phase always requests one at a time."`
 	CommitBatch       int    `name:"commit-batch" default:"0" help:"Calls per group transaction on the server (0: its default; 1: group commit off, for comparison)."`
-	CommitConcurrency int    `name:"commit-concurrency" default:"0" help:"Group transactions the server keeps in flight at once on PostgreSQL (0: its default, 2)."`
+	CommitConcurrency int    `name:"commit-concurrency" default:"0" help:"Group transactions the server lets run their calls at once on PostgreSQL, with as many more committing (0: its default, 2)."`
 	Backlog           int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
 	Idle              int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
 	IdleProcs         int    `name:"idle-procs" help:"With --idle: put the waiting runners in this many child processes, so that the memory reported is the server's alone (and more runners fit under the per-process descriptor limit)." placeholder:"P"`

@@ -38,7 +38,7 @@ type ServerCmd struct {
 	GitHubAPI         string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
 	GitHubChannel     string        `name:"github-channel" default:"prod" help:"Channel of --definitions that GitHub installations without a .jobplane repository use; pull-request runs are recorded under it." placeholder:"NAME"`
 	GCHeapFloor       int           `name:"gc-heap-floor" default:"256" help:"MiB the heap may grow to before the garbage collector runs (GOGC is raised while the live heap is small; 0: Go's default; the GOGC environment variable, when set, wins)." placeholder:"MIB"`
-	CommitConcurrency int           `name:"commit-concurrency" default:"0" help:"PostgreSQL: group transactions in flight at once (0: the default, 2, measured on 2 cores; raise it toward the database's cores when it has more to itself). SQLite always has one writer." placeholder:"N"`
+	CommitConcurrency int           `name:"commit-concurrency" default:"0" help:"PostgreSQL: group transactions running their calls at once, with as many more committing (0: the default, 2, measured on 2 cores; raise it toward the database's cores when it has more to itself). SQLite always has one writer." placeholder:"N"`
 }
 
 // Run starts the server and blocks until interrupted.

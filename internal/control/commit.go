@@ -35,10 +35,11 @@ import (
 // DefaultCommitBatch bounds how many bodies share one transaction.
 const DefaultCommitBatch = 128
 
-// DefaultCommitConcurrency is how many group transactions may be in flight
-// at once on a store that runs writers concurrently (PostgreSQL): calls only
-// wait to be grouped when that many are already running, so a lightly
-// loaded server answers as soon as its own transaction commits. A store
+// DefaultCommitConcurrency is how many group transactions may run their
+// bodies at once on a store that runs writers concurrently (PostgreSQL),
+// with as many more committing (see slot): calls only wait to be grouped
+// when that many are already running, so a lightly loaded server answers
+// as soon as its own transaction commits. A store
 // with one writer (SQLite) gets one: the calls that arrive while it commits
 // form the next group instead of queueing at the write lock one by one.
 //
@@ -50,8 +51,10 @@ const DefaultCommitBatch = 128
 // per lifecycle run fell by a quarter (998 -> 740 µs, medians of 6) and
 // the lifecycle was faster in every round (1.07x); eight cost half as much
 // again as four, and one left the database idle while each group's commit
-// was flushed. Operators with a larger database raise it
-// (--commit-concurrency).
+// was flushed. Since session 15 the bound is on groups running their
+// bodies, and as many more may be committing (slot): the commits' flush
+// waits no longer leave the database idle. Operators with a larger
+// database raise it (--commit-concurrency).
 const DefaultCommitConcurrency = 2
 
 // singleWriterLinger: on a store with one writer, a group about to start
@@ -95,10 +98,17 @@ type committer struct {
 	locks bool
 
 	linger time.Duration
+	// overlap: a group hands its slot on once its bodies have run, and the
+	// next group runs while it commits (see slot).
+	overlap bool
 
-	mu      sync.Mutex
-	queue   []*commitOp
-	running int
+	mu    sync.Mutex
+	queue []*commitOp
+	// running counts the worker goroutines; executing, those holding a slot
+	// (at most workers). slotFree is signalled when a slot is given up.
+	running   int
+	executing int
+	slotFree  *sync.Cond
 
 	// Batches and Bodies count group transactions and the bodies they
 	// carried, for the benchmark's transactions-per-run figure.
@@ -123,7 +133,8 @@ func newCommitter(st store.Store, max, concurrency int) *committer {
 	if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
 		workers, locks = 1, false
 	}
-	c := &committer{st: st, max: max, workers: workers, locks: locks}
+	c := &committer{st: st, max: max, workers: workers, locks: locks, overlap: locks}
+	c.slotFree = sync.NewCond(&c.mu)
 	if workers == 1 {
 		c.linger = singleWriterLinger
 	}
@@ -152,7 +163,7 @@ func (c *committer) doNonce(ctx context.Context, n store.Nonce) error {
 func (c *committer) enqueue(o *commitOp) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, o)
-	if c.running < c.workers {
+	if c.running < c.maxWorkers() {
 		c.running++
 		go c.work()
 	}
@@ -163,14 +174,82 @@ func (c *committer) enqueue(o *commitOp) error {
 	return o.err
 }
 
+// maxWorkers: with overlap, a worker whose group is committing has handed
+// its slot on, and another must be there to take it.
+func (c *committer) maxWorkers() int {
+	if c.overlap {
+		return 2 * c.workers
+	}
+	return c.workers
+}
+
+// A slot is what a group transaction holds while its bodies run: at most
+// workers groups run bodies at once. On a store with concurrent writers
+// (PostgreSQL) a group hands its slot on when its last body has run, just
+// before its COMMIT, so that the next group runs its bodies while this
+// one's commit waits for the log to be flushed: that wait costs no CPU,
+// and with two slots held through it the database sat idle while both
+// groups waited (more slots instead make more groups run at once, and
+// they wait on each other inside PostgreSQL: DefaultCommitConcurrency).
+// So at most workers groups run bodies and at most as many more commit.
+// A group that runs again (a retry of its transaction, or the split of a
+// failed group) takes a slot again first. Nothing changes for the callers:
+// each is still answered after its group's commit.
+type slot struct {
+	c    *committer
+	held bool
+}
+
+// take waits for a slot unless s holds one.
+func (s *slot) take() {
+	if s.held {
+		return
+	}
+	c := s.c
+	c.mu.Lock()
+	for c.executing >= c.workers {
+		c.slotFree.Wait()
+	}
+	c.executing++
+	s.held = true
+	c.mu.Unlock()
+}
+
+// handOn gives s's slot up before the commit, where commits overlap.
+func (s *slot) handOn() {
+	if s.c.overlap {
+		s.giveUp()
+	}
+}
+
+func (s *slot) giveUp() {
+	if !s.held {
+		return
+	}
+	s.c.mu.Lock()
+	s.c.executing--
+	s.held = false
+	s.c.mu.Unlock()
+	s.c.slotFree.Broadcast()
+}
+
 func (c *committer) work() {
 	lingered := false
+	s := &slot{c: c}
 	for {
 		c.mu.Lock()
+		for !s.held && c.executing >= c.workers && len(c.queue) > 0 {
+			c.slotFree.Wait()
+		}
 		if len(c.queue) == 0 {
 			c.running--
 			c.mu.Unlock()
+			s.giveUp()
 			return
+		}
+		if !s.held {
+			c.executing++
+			s.held = true
 		}
 		if c.linger > 0 && !lingered && len(c.queue) < lingerBelow {
 			c.mu.Unlock()
@@ -191,7 +270,7 @@ func (c *committer) work() {
 			}
 			live = append(live, o)
 		}
-		c.group(live)
+		c.group(live, s)
 	}
 }
 
@@ -202,7 +281,7 @@ var (
 	errNoncesFailed = errors.New("the group's nonces could not be recorded")
 )
 
-func (c *committer) group(ops []*commitOp) {
+func (c *committer) group(ops []*commitOp, s *slot) {
 	if len(ops) == 0 {
 		return
 	}
@@ -237,7 +316,14 @@ func (c *committer) group(ops []*commitOp) {
 	}
 	if len(list) == 0 && len(bodies) == 1 {
 		c.count(1)
-		bodies[0].finish(c.st.InTx(bodies[0].ctx, bodies[0].fn))
+		bodies[0].finish(c.st.InTx(bodies[0].ctx, func(tx store.Tx) error {
+			s.take()
+			if err := bodies[0].fn(tx); err != nil {
+				return err
+			}
+			s.handOn()
+			return nil
+		}))
 		return
 	}
 	// The nonces are inserted in the group's own scope when they are all of
@@ -255,6 +341,7 @@ func (c *committer) group(ops []*commitOp) {
 	failed, ferr := -1, error(nil)
 	bt := &batchTx{keys: keyLocks{on: c.locks}}
 	err := c.st.InTx(context.WithoutCancel(ops[0].ctx), func(tx store.Tx) error {
+		s.take()
 		failed, ferr, fresh = -1, nil, nil
 		bt.reset(tx)
 		if len(list) > 0 {
@@ -275,6 +362,7 @@ func (c *committer) group(ops []*commitOp) {
 				return fmt.Errorf("%w: %w", errBodyFailed, err)
 			}
 		}
+		s.handOn()
 		return nil
 	})
 	switch {
@@ -313,13 +401,13 @@ func (c *committer) group(ops []*commitOp) {
 				rest = append(rest, o)
 			}
 		}
-		c.group(rest)
+		c.group(rest, s)
 	case errors.Is(err, store.ErrContention) && len(ops) > 1:
 		// The group kept deadlocking with other transactions: each body
 		// takes its locks in a consistent order, a group of them does not.
 		// Nothing was committed; each call runs again on its own.
 		for _, o := range ops {
-			c.group([]*commitOp{o})
+			c.group([]*commitOp{o}, s)
 		}
 	case failed < 0 || !errors.Is(err, errBodyFailed):
 		// The commit (or a retry of the whole group) failed: every call
@@ -329,12 +417,12 @@ func (c *committer) group(ops []*commitOp) {
 			o.finish(err)
 		}
 	default:
-		c.group(append(nonces, bodies[:failed]...))
+		c.group(append(nonces, bodies[:failed]...), s)
 		if errors.Is(ferr, errLockOrder) {
 			// Not a failure: the body would have locked lease keys out of
 			// the group's order (keyorder.go); alone it has no order but
 			// its own.
-			c.group([]*commitOp{bodies[failed]})
+			c.group([]*commitOp{bodies[failed]}, s)
 		} else if failed > 0 && isRefusal(ferr) {
 			// A refusal may rest on what the bodies before it wrote (a
 			// run holding the key it asked for, say), and those just ran
@@ -343,11 +431,11 @@ func (c *committer) group(ops []*commitOp) {
 			// Answering the refusal could name a run that never existed;
 			// the refused body runs again, alone, against what was
 			// committed.
-			c.group([]*commitOp{bodies[failed]})
+			c.group([]*commitOp{bodies[failed]}, s)
 		} else {
 			bodies[failed].finish(ferr)
 		}
-		c.group(bodies[failed+1:])
+		c.group(bodies[failed+1:], s)
 	}
 }
 

@@ -312,7 +312,7 @@ func TestGroupCommitFailedCommit(t *testing.T) {
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
 	}
-	c.group(ops)
+	c.group(ops, &slot{c: c})
 	for _, o := range ops {
 		<-o.done
 		require.ErrorIs(t, o.err, boom)
@@ -333,7 +333,7 @@ func TestGroupCommitContentionSplits(t *testing.T) {
 		{ctx: ctx, fn: func(store.Tx) error { ran = append(ran, "a"); return nil }, done: make(chan struct{})},
 		{ctx: ctx, fn: func(store.Tx) error { ran = append(ran, "b"); return nil }, done: make(chan struct{})},
 	}
-	c.group(ops)
+	c.group(ops, &slot{c: c})
 	for i, o := range ops {
 		<-o.done
 		require.NoError(t, o.err, "call %d", i)
@@ -579,27 +579,68 @@ type concurrentStore struct {
 	mu       sync.Mutex
 	inFlight int
 	most     int
-	release  chan struct{}
+	// executing counts the transactions running their bodies (mostExec at
+	// most at once); committed, those that committed.
+	executing int
+	mostExec  int
+	committed int
+	// release holds every transaction before its bodies; hold, when set,
+	// after its commit, as if the commit's flush took that long.
+	release chan struct{}
+	hold    chan struct{}
 }
 
+// A transaction counts as running its bodies from its start until its
+// function returned (the committer hands its slot on at the end of that
+// function): the SQLite store underneath runs one at a time, and what is
+// counted is how many the committer let in.
 func (s *concurrentStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	s.mu.Lock()
 	s.inFlight++
 	s.most = max(s.most, s.inFlight)
+	s.executing++
+	s.mostExec = max(s.mostExec, s.executing)
 	s.mu.Unlock()
+	running := true
+	ran := func() {
+		s.mu.Lock()
+		if running {
+			running = false
+			s.executing--
+		}
+		s.mu.Unlock()
+	}
 	<-s.release
 	defer func() {
+		ran()
 		s.mu.Lock()
 		s.inFlight--
 		s.mu.Unlock()
 	}()
-	return s.Store.InTx(ctx, fn)
+	err := s.Store.InTx(ctx, func(tx store.Tx) error {
+		defer ran()
+		return fn(tx)
+	})
+	s.mu.Lock()
+	s.committed++
+	s.mu.Unlock()
+	if s.hold != nil {
+		<-s.hold
+	}
+	return err
+}
+
+func (s *concurrentStore) count(n *int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *n
 }
 
 // TestCommitConcurrency: on a store with concurrent writers the committer
-// keeps at most its concurrency of group transactions in flight
-// (DefaultCommitConcurrency unless set); the calls beyond wait and are
-// grouped, and every call is answered.
+// keeps at most its concurrency of group transactions running their bodies
+// (DefaultCommitConcurrency unless set), and at most as many more
+// committing; the calls beyond wait and are grouped, and every call is
+// answered.
 func TestCommitConcurrency(t *testing.T) {
 	for _, c := range []struct {
 		set, want int
@@ -635,7 +676,67 @@ func TestCommitConcurrency(t *testing.T) {
 			for i, err := range errs {
 				require.NoError(t, err, "call %d", i)
 			}
-			require.Equal(t, c.want, st.most, "group transactions in flight at once")
+			require.Equal(t, c.want, st.mostExec, "group transactions running bodies at once")
+			require.LessOrEqual(t, st.most, 2*c.want, "group transactions in flight at once")
 		})
 	}
+}
+
+// TestCommitsOverlap: a group hands its slot on once its bodies have run,
+// so that the next group runs its bodies while the first one's commit is
+// outstanding; no call is answered before its own group committed, and
+// with a concurrency of one at most two transactions are in flight.
+func TestCommitsOverlap(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	close(release)
+	st := &concurrentStore{Store: testdb.SQLite(t), release: release, hold: make(chan struct{})}
+	cm := newCommitter(st, 0, 1)
+	call := func(ran chan struct{}) chan error {
+		answer := make(chan error, 1)
+		go func() {
+			answer <- cm.do(ctx, func(store.Tx) error {
+				close(ran)
+				return nil
+			})
+		}()
+		return answer
+	}
+	waitFor := func(what string, ch chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	ran1, ran2, ran3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	first := call(ran1)
+	waitFor("the first call did not run", ran1)
+	require.Eventually(t, func() bool { return st.count(&st.committed) == 1 }, 10*time.Second, time.Millisecond)
+	second := call(ran2)
+	waitFor("the second group did not run its body while the first committed", ran2)
+	require.Eventually(t, func() bool { return st.count(&st.committed) == 2 }, 10*time.Second, time.Millisecond)
+	third := call(ran3)
+	require.Eventually(t, func() bool {
+		cm.mu.Lock()
+		defer cm.mu.Unlock()
+		return len(cm.queue) == 1
+	}, 10*time.Second, time.Millisecond, "the third call waits: two transactions are in flight")
+	select {
+	case <-ran3:
+		t.Fatal("a third transaction ran with two in flight and a concurrency of one")
+	case err := <-first:
+		t.Fatalf("the first call was answered (%v) before its commit returned", err)
+	case err := <-second:
+		t.Fatalf("the second call was answered (%v) before its commit returned", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(st.hold)
+	for i, answer := range []chan error{first, second, third} {
+		require.NoError(t, <-answer, "call %d", i+1)
+	}
+	waitFor("the third call did not run", ran3)
+	require.Equal(t, 1, st.mostExec, "transactions running bodies at once")
+	require.Equal(t, 2, st.most, "transactions in flight at once")
 }

@@ -123,9 +123,10 @@ type Config struct {
 	// CommitBatch bounds the calls that share one group transaction
 	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
 	CommitBatch int
-	// CommitConcurrency bounds the group transactions in flight at once
-	// on a store with concurrent writers (commit.go); 0 is
-	// DefaultCommitConcurrency. A store with one writer always has one.
+	// CommitConcurrency bounds the group transactions running their
+	// bodies at once on a store with concurrent writers, with as many more
+	// committing (commit.go); 0 is DefaultCommitConcurrency. A store with
+	// one writer always has one.
 	CommitConcurrency int
 	// Artifacts configures artifact storage and source tickets.
 	Artifacts ArtifactConfig
