@@ -740,3 +740,54 @@ func TestCommitsOverlap(t *testing.T) {
 	require.Equal(t, 1, st.mostExec, "transactions running bodies at once")
 	require.Equal(t, 2, st.most, "transactions in flight at once")
 }
+
+// TestCommitsOverlapNotOnLeaseKeys: a group whose bodies took lease keys,
+// and a body alone that did, keeps its slot until it has committed: the
+// next group waits, rather than queue on the same key rows.
+func TestCommitsOverlapNotOnLeaseKeys(t *testing.T) {
+	touch := func(tx store.Tx) error { return keysInOrder(tx, "t", []string{"k"}) }
+	none := func(store.Tx) error { return nil }
+	for name, fns := range map[string][]func(store.Tx) error{
+		"alone": {touch},
+		"group": {touch, none},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			release := make(chan struct{})
+			close(release)
+			st := &concurrentStore{Store: testdb.SQLite(t), release: release, hold: make(chan struct{})}
+			cm := newCommitter(st, 0, 1)
+			var ops []*commitOp
+			for _, fn := range fns {
+				ops = append(ops, &commitOp{ctx: ctx, fn: fn, done: make(chan struct{})})
+			}
+			go func() {
+				// As a worker does (work), which gives its slot up when idle.
+				s := &slot{c: cm}
+				cm.group(ops, s)
+				s.giveUp()
+			}()
+			require.Eventually(t, func() bool { return st.count(&st.committed) == 1 }, 10*time.Second, time.Millisecond)
+			ran := make(chan struct{})
+			answer := make(chan error, 1)
+			go func() {
+				answer <- cm.do(ctx, func(store.Tx) error {
+					close(ran)
+					return nil
+				})
+			}()
+			select {
+			case <-ran:
+				t.Fatal("the next group ran while one that took lease keys committed")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(st.hold)
+			for _, o := range ops {
+				<-o.done
+				require.NoError(t, o.err)
+			}
+			require.NoError(t, <-answer)
+			require.Equal(t, 1, st.most, "transactions in flight at once")
+		})
+	}
+}

@@ -35,11 +35,15 @@ type keyLocks struct {
 	held   map[string]bool // tenant "\x00" key
 	before string          // the greatest row locked by the bodies before this one
 	body   string          // the greatest row locked by this body
+	// touched: a body of the group took, checked or released lease keys;
+	// such a group keeps its commit slot until it has committed (slot).
+	touched bool
 }
 
 func (k *keyLocks) reset() {
 	clear(k.held)
 	k.before, k.body = "", ""
+	k.touched = false
 }
 
 // nextBody is called before each body of the group.
@@ -52,6 +56,9 @@ func keyRow(tenant, key string) string { return tenant + "\x00" + key }
 // locked already, is below a row an earlier body locked.
 func keysInOrder(tx store.Tx, tenant string, keys []string) error {
 	bt, ok := tx.(*batchTx)
+	if ok {
+		bt.keys.touched = true
+	}
 	if !ok || !bt.keys.on || bt.keys.before == "" {
 		return nil
 	}
