@@ -56,7 +56,8 @@ func keyRow(tenant, key string) string { return tenant + "\x00" + key }
 // locked already, is below a row an earlier body locked.
 func keysInOrder(tx store.Tx, tenant string, keys []string) error {
 	bt, ok := tx.(*batchTx)
-	if ok {
+	if ok && len(keys) > 0 {
+		// Not for none: every run request checks its keys, most have none.
 		bt.keys.touched = true
 	}
 	if !ok || !bt.keys.on || bt.keys.before == "" {
