@@ -2,7 +2,8 @@ package control
 
 // Claim cost with runs queued behind a held key (docs/benchmarks.md,
 // "Claims with runs blocked behind a lease"): one claim + result of a free
-// job, with 0 and with 10,000 attempts blocked on one held key.
+// job, with 0 and with 10,000 attempts blocked on one held key; and what
+// the release of that key costs the claims after it.
 
 import (
 	"context"
@@ -89,3 +90,73 @@ func BenchmarkClaimWith0Blocked(b *testing.B) { benchBoth(b, 0) }
 
 // BenchmarkClaimWith10kBlocked: 10,000 attempts wait behind the held key.
 func BenchmarkClaimWith10kBlocked(b *testing.B) { benchBoth(b, 10000) }
+
+// BenchmarkReleaseWith10kWaiters (run with -benchtime 1x): the holder of a
+// key 10,000 attempts wait for ends; reported are the release, the claim
+// that hands the key on, and the next claim of an unrelated free run.
+func BenchmarkReleaseWith10kWaiters(b *testing.B) {
+	for name, open := range map[string]func(testing.TB) store.Store{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			st := open(b)
+			held := leaseJob("held", testPool, time.Hour, lease.Template{Key: "bench-held"})
+			free := leaseJob("free", testPool, time.Hour)
+			defs := &multiDefs{jobs: map[string]Spec{"held": held, "free": free}}
+			fc := clock.NewFake(testEpoch)
+			svc, err := New(Config{Store: st, Clock: fc, Definitions: defs})
+			require.NoError(b, err)
+			actor := Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
+			now := fc.Now()
+			rn := &store.Runner{ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: "bench", Labels: []string{},
+				PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000", Status: store.RunnerActive,
+				AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now}
+			require.NoError(b, st.RunnerCreate(ctx, rn))
+			_, _, err = svc.RequestRun(ctx, actor, &protocol.RunRequest{Job: "held", Channel: "prod"})
+			require.NoError(b, err)
+			asg, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
+			require.NoError(b, err)
+			for range 10000 / 100 {
+				var reqs []protocol.RunRequest
+				for range 100 {
+					reqs = append(reqs, protocol.RunRequest{Job: "held", Channel: "prod"})
+				}
+				_, err := svc.RequestRuns(ctx, actor, reqs)
+				require.NoError(b, err)
+			}
+			// Each waiter is claimed once and marked as waiting.
+			for {
+				got, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
+				require.NoError(b, err)
+				if got == nil {
+					break
+				}
+			}
+			b.ResetTimer()
+			t0 := time.Now()
+			_, err = svc.Result(ctx, call(rn, asg), succeeded())
+			require.NoError(b, err)
+			t1 := time.Now()
+			next, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
+			require.NoError(b, err)
+			require.NotNil(b, next)
+			t2 := time.Now()
+			_, _, err = svc.RequestRun(ctx, actor, &protocol.RunRequest{Job: "free", Channel: "prod"})
+			require.NoError(b, err)
+			t3 := time.Now()
+			calls := 0
+			for {
+				calls++
+				got, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
+				require.NoError(b, err)
+				if got != nil && got.Job.Name == "free" {
+					break
+				}
+			}
+			t4 := time.Now()
+			b.ReportMetric(float64(t1.Sub(t0).Milliseconds()), "release-ms")
+			b.ReportMetric(float64(t2.Sub(t1).Milliseconds()), "handon-ms")
+			b.ReportMetric(float64(t4.Sub(t3).Milliseconds()), "free-claim-ms")
+			b.ReportMetric(float64(calls), "free-claim-calls")
+		})
+	}
+}

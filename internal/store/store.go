@@ -526,6 +526,14 @@ type Queries interface {
 	LeaseReleaseAttempt(ctx context.Context, tenant, attemptID string) ([]string, error)
 	// LeaseWaiters lists queued attempts blocked on key, oldest first.
 	LeaseWaiters(ctx context.Context, tenant, key string) ([]*Attempt, error)
+	// LeaseBlockWaiters marks as waiting for key every other queued attempt
+	// of the tenant that is not marked yet and whose run names key with
+	// this limit, and sets those runs' WaitingFor. Call it only holding
+	// key's row lock, having found key full (LeaseAcquire's blockedOn):
+	// none of them could take it before a release, and every release
+	// unblocks all waiters. Rows another transaction has locked are left
+	// as they are (a claim that meets one marks it then).
+	LeaseBlockWaiters(ctx context.Context, tenant, key string, limit int) (int, error)
 
 	// LogAppend stores a chunk; it reports false when the chunk was already stored.
 	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)

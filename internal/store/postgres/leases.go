@@ -289,6 +289,26 @@ func (q *queries) LeaseReleaseAttempt(ctx context.Context, tenant, attemptID str
 	return keys, nil
 }
 
+// LeaseBlockWaiters skips locked rows: waiting for them could close a
+// cycle with a claim that holds one and waits for key's row, which the
+// caller holds; an attempt left unmarked is only claimed and marked later.
+func (q *queries) LeaseBlockWaiters(ctx context.Context, tenant, key string, limit int) (int, error) {
+	var n int
+	err := q.db.QueryRow(ctx, `WITH w AS (
+			UPDATE attempts SET blocked_on = $2
+			WHERE id IN (SELECT a.id FROM runs r JOIN attempts a ON a.run_id = r.id
+				WHERE r.tenant = $1 AND r.state IN ('pending_approval', 'queued', 'running') AND r.lease_keys <> '[]'::jsonb
+					AND r.lease_keys @> jsonb_build_array(jsonb_build_object('key', $2::text, 'limit', $3::int))
+					AND a.tenant = $1 AND a.state = 'queued' AND a.blocked_on = ''
+				FOR UPDATE OF a SKIP LOCKED)
+			RETURNING run_id),
+		r AS (UPDATE runs SET waiting_for = 'lease ' || $2
+			WHERE id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM w) AND waiting_for <> 'lease ' || $2
+				FOR UPDATE SKIP LOCKED))
+		SELECT count(*) FROM w`, tenant, key, limit).Scan(&n)
+	return n, interpretError(err)
+}
+
 func (q *queries) LeaseWaiters(ctx context.Context, tenant, key string) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE tenant = $1 AND blocked_on = $2 AND state = 'queued' ORDER BY not_before, id`, tenant, key)

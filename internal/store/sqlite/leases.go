@@ -278,6 +278,28 @@ func dedupe(l []string) []string {
 	return out
 }
 
+// LeaseBlockWaiters: one writer at a time, so nothing is locked by another.
+func (q *queries) LeaseBlockWaiters(ctx context.Context, tenant, key string, limit int) (int, error) {
+	// The tenant's live runs are read (runs_live); there is no index on
+	// their keys here, as for LeaseLiveRun.
+	names := `SELECT a.id FROM runs r JOIN attempts a ON a.run_id = r.id
+		WHERE r.tenant = ?1 AND r.state IN ('pending_approval', 'queued', 'running') AND r.lease_keys <> '[]'
+			AND EXISTS (SELECT 1 FROM json_each(r.lease_keys) j WHERE j.type = 'object'
+				AND json_extract(j.value, '$.key') = ?2 AND json_extract(j.value, '$.limit') = ?3)
+			AND a.tenant = ?1 AND a.state = 'queued' AND a.blocked_on = ''`
+	if _, err := q.db.ExecContext(ctx, `UPDATE runs SET waiting_for = 'lease ' || ?2
+		WHERE id IN (SELECT a.run_id FROM attempts a WHERE a.id IN (`+names+`)) AND waiting_for <> 'lease ' || ?2`,
+		tenant, key, limit); err != nil {
+		return 0, interpretError(err)
+	}
+	res, err := q.db.ExecContext(ctx, `UPDATE attempts SET blocked_on = ?2 WHERE id IN (`+names+`)`, tenant, key, limit)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), interpretError(err)
+}
+
 func (q *queries) LeaseWaiters(ctx context.Context, tenant, key string) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE tenant = ? AND blocked_on = ? AND state = 'queued' ORDER BY not_before, id`, tenant, key)

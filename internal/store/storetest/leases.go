@@ -665,3 +665,53 @@ func testLeaseKeyLock(t *testing.T, s store.Store) {
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 }
+
+// testLeaseBlockWaiters: the queued, unmarked attempts of runs naming the
+// key with the same limit are marked as waiting for it, with their runs;
+// nothing else is.
+func testLeaseBlockWaiters(t *testing.T, s store.Store) {
+	ctx := bg()
+	f := newFixture(t, s)
+	w1 := f.queuedAttempt(t, lk("k", 1))
+	w2 := f.queuedAttempt(t, lk("a", 1), lk("k", 1))
+	otherLimit := f.queuedAttempt(t, lk("k", 2))
+	otherKey := f.queuedAttempt(t, lk("j", 1))
+	elsewhere := f.queuedAttempt(t, lk("k", 1))
+	elsewhere.BlockedOn = "x"
+	require.NoError(t, s.AttemptUpdate(ctx, elsewhere))
+	noKeys := f.queuedAttempt(t)
+	leased := f.leasedAttempt(t, at(0), lk("k", 1))
+	other := &fixture{s: s, tenant: "tnt_other", n: 600}
+	otherTenant := other.queuedAttempt(t, lk("k", 1))
+
+	n, err := s.LeaseBlockWaiters(ctx, f.tenant, "k", 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for _, w := range []*store.Attempt{w1, w2} {
+		got, err := s.AttemptGetByID(ctx, w.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, "k", got.BlockedOn)
+		r, err := s.RunGetByID(ctx, w.RunID, false)
+		require.NoError(t, err)
+		require.Equal(t, "lease k", r.WaitingFor)
+	}
+	for want, a := range map[string]*store.Attempt{"": otherLimit, "x": elsewhere} {
+		got, err := s.AttemptGetByID(ctx, a.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, want, got.BlockedOn, a.ID)
+	}
+	for _, a := range []*store.Attempt{otherKey, noKeys, leased, otherTenant} {
+		got, err := s.AttemptGetByID(ctx, a.ID, false)
+		require.NoError(t, err)
+		require.Empty(t, got.BlockedOn, a.ID)
+		r, err := s.RunGetByID(ctx, a.RunID, false)
+		require.NoError(t, err)
+		require.Empty(t, r.WaitingFor, a.ID)
+	}
+	list, err := s.LeaseWaiters(ctx, f.tenant, "k")
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	n, err = s.LeaseBlockWaiters(ctx, f.tenant, "k", 1)
+	require.NoError(t, err)
+	require.Zero(t, n, "marked already")
+}
