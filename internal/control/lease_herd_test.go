@@ -1,6 +1,7 @@
 package control
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -12,10 +13,10 @@ import (
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
-// TestBlockedClaimMarksEveryWaiter: a claim that finds a key full marks
-// every queued attempt waiting for that key as waiting, in whatever pool,
-// not only the one it claimed; a release wakes them all again, and each is
-// then run once, one after the other.
+// TestBlockedClaimMarksEveryWaiter: a claim that finds a key full on an
+// attempt its release had woken marks every queued attempt waiting for
+// that key as waiting again, in whatever pool, not only the one it
+// claimed; and each run then runs once, one after the other.
 func TestBlockedClaimMarksEveryWaiter(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
@@ -23,40 +24,50 @@ func TestBlockedClaimMarksEveryWaiter(t *testing.T) {
 		tmpl := lease.Template{Key: "herd"}
 		e := newLeaseEnv(t, st,
 			leaseJob("ha", "pool-ha", time.Hour, tmpl),
-			leaseJob("hb", "pool-hb", time.Hour, tmpl),
-			leaseJob("wide", "pool-hb", time.Hour, lease.Template{Key: "herd", Limit: 2}))
+			leaseJob("hb", "pool-hb", time.Hour, tmpl))
 		ra, rb := e.runnerIn("pool-ha", "herd-a"), e.runnerIn("pool-hb", "herd-b")
 		_, err := e.requestJob(e.a, "ha")
 		require.NoError(t, err)
 		holder := e.claim(e.a, ra, "")
 		require.Equal(t, int64(1), tokenOf(holder, "herd"))
 		var waiting []*store.Run
-		for _, job := range []string{"ha", "hb", "hb"} {
+		for _, job := range []string{"ha", "ha", "hb"} {
 			r, err := e.requestJob(e.a, job)
 			require.NoError(t, err)
 			waiting = append(waiting, r)
 		}
-		wide, err := e.requestJob(e.a, "wide")
-		require.NoError(t, err)
-
-		// The runner of pool-ha meets the key full; the waiters of pool-hb
-		// are marked with its own.
-		asg, err := e.a.Claim(e.ctx(), call(ra, nil), &protocol.ClaimRequest{})
-		require.NoError(t, err)
-		require.Nil(t, asg)
+		// Each is claimed once and marked, then a release wakes them all;
+		// the next claim hands the key on.
+		for _, rn := range []*store.Runner{ra, ra, rb} {
+			asg, err := e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
+			require.NoError(t, err)
+			require.Nil(t, asg)
+		}
 		list, err := st.LeaseWaiters(e.ctx(), testTenant, "herd")
 		require.NoError(t, err)
 		require.Len(t, list, 3)
+		_, err = e.a.Result(e.ctx(), call(ra, holder), succeeded())
+		require.NoError(t, err)
+		list, err = st.LeaseWaiters(e.ctx(), testTenant, "herd")
+		require.NoError(t, err)
+		require.Empty(t, list)
+		holder = e.claim(e.a, ra, "")
+		waiting = slices.DeleteFunc(waiting, func(r *store.Run) bool { return r.ID == holder.RunID })
+		require.Len(t, waiting, 2)
+
+		// The runner of pool-ha meets the key full on a woken waiter; the
+		// woken waiters of pool-hb are marked with it.
+		asg, err := e.a.Claim(e.ctx(), call(ra, nil), &protocol.ClaimRequest{})
+		require.NoError(t, err)
+		require.Nil(t, asg)
+		list, err = st.LeaseWaiters(e.ctx(), testTenant, "herd")
+		require.NoError(t, err)
+		require.Len(t, list, 2)
 		for _, r := range waiting {
 			got, err := st.RunGetByID(e.ctx(), r.ID, false)
 			require.NoError(t, err)
 			require.Equal(t, "lease herd", got.WaitingFor)
 		}
-		// A run naming the key with another limit is not marked: it may
-		// still fit.
-		got, err := st.RunGetByID(e.ctx(), wide.ID, false)
-		require.NoError(t, err)
-		require.Empty(t, got.WaitingFor)
 
 		// Released, they run one at a time, each once.
 		_, err = e.a.Result(e.ctx(), call(ra, holder), succeeded())
@@ -75,7 +86,7 @@ func TestBlockedClaimMarksEveryWaiter(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		for _, r := range append(waiting, wide) {
+		for _, r := range waiting {
 			require.True(t, ran[r.ID], "run %s never ran", r.ID)
 		}
 	})
