@@ -143,11 +143,9 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err := tx.RunUpdate(ctx, r); err != nil {
 		return nil, false, err
 	}
-	for _, k := range keys {
-		if woken && k.Key == blockedOn {
-			if _, err := tx.LeaseBlockWaiters(ctx, r.Tenant, blockedOn, k.Limit); err != nil {
-				return nil, false, err
-			}
+	if i := slices.IndexFunc(keys, func(k store.LeaseKey) bool { return k.Key == blockedOn }); woken && i >= 0 {
+		if _, err := tx.LeaseBlockWaiters(ctx, r.Tenant, blockedOn, keys[i].Limit); err != nil {
+			return nil, false, err
 		}
 	}
 	return nil, true, nil
