@@ -21,26 +21,33 @@ import (
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
-func benchClaim(b *testing.B, st store.Store, blocked int) {
+// heldKeyBench is a service with jobs "held" (key bench-held) and "free",
+// one runner, and one run of "held" holding the key (asg).
+func heldKeyBench(b *testing.B, st store.Store) (svc *Service, actor Actor, rn *store.Runner, held Spec, asg *protocol.Assignment) {
 	ctx := context.Background()
-	held := leaseJob("held", testPool, time.Hour, lease.Template{Key: "bench-held"})
+	held = leaseJob("held", testPool, time.Hour, lease.Template{Key: "bench-held"})
 	free := leaseJob("free", testPool, time.Hour)
 	defs := &multiDefs{jobs: map[string]Spec{"held": held, "free": free}}
 	fc := clock.NewFake(testEpoch)
 	svc, err := New(Config{Store: st, Clock: fc, Definitions: defs})
 	require.NoError(b, err)
-	actor := Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
+	actor = Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
 	now := fc.Now()
-	rn := &store.Runner{ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: "bench", Labels: []string{},
+	rn = &store.Runner{ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: "bench", Labels: []string{},
 		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000", Status: store.RunnerActive,
 		AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now}
 	require.NoError(b, st.RunnerCreate(ctx, rn))
-	// One run holds the key.
 	_, _, err = svc.RequestRun(ctx, actor, &protocol.RunRequest{Job: "held", Channel: "prod"})
 	require.NoError(b, err)
-	asg, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
+	asg, err = svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
 	require.NoError(b, err)
 	require.Len(b, asg.Leases, 1)
+	return svc, actor, rn, held, asg
+}
+
+func benchClaim(b *testing.B, st store.Store, blocked int) {
+	ctx := context.Background()
+	svc, actor, rn, held, _ := heldKeyBench(b, st)
 	// blocked attempts wait for it, inserted directly in big transactions.
 	specJSON, err := json.Marshal(held)
 	require.NoError(b, err)
@@ -98,23 +105,7 @@ func BenchmarkReleaseWith10kWaiters(b *testing.B) {
 	for name, open := range map[string]func(testing.TB) store.Store{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
-			st := open(b)
-			held := leaseJob("held", testPool, time.Hour, lease.Template{Key: "bench-held"})
-			free := leaseJob("free", testPool, time.Hour)
-			defs := &multiDefs{jobs: map[string]Spec{"held": held, "free": free}}
-			fc := clock.NewFake(testEpoch)
-			svc, err := New(Config{Store: st, Clock: fc, Definitions: defs})
-			require.NoError(b, err)
-			actor := Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
-			now := fc.Now()
-			rn := &store.Runner{ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: "bench", Labels: []string{},
-				PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000", Status: store.RunnerActive,
-				AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now}
-			require.NoError(b, st.RunnerCreate(ctx, rn))
-			_, _, err = svc.RequestRun(ctx, actor, &protocol.RunRequest{Job: "held", Channel: "prod"})
-			require.NoError(b, err)
-			asg, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
-			require.NoError(b, err)
+			svc, actor, rn, _, asg := heldKeyBench(b, open(b))
 			for range 10000 / 100 {
 				var reqs []protocol.RunRequest
 				for range 100 {
@@ -133,7 +124,7 @@ func BenchmarkReleaseWith10kWaiters(b *testing.B) {
 			}
 			b.ResetTimer()
 			t0 := time.Now()
-			_, err = svc.Result(ctx, call(rn, asg), succeeded())
+			_, err := svc.Result(ctx, call(rn, asg), succeeded())
 			require.NoError(b, err)
 			t1 := time.Now()
 			next, err := svc.Claim(ctx, call(rn, nil), &protocol.ClaimRequest{})
