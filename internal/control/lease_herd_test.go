@@ -91,3 +91,47 @@ func TestBlockedClaimMarksEveryWaiter(t *testing.T) {
 		}
 	})
 }
+
+// TestStrandedWaiterIsWoken: an attempt left waiting for a key nobody
+// holds (a release skips a waiter whose row another transaction has
+// locked) is made claimable by the sweep, and only then; the sweep leaves
+// the waiters of a held key alone.
+func TestStrandedWaiterIsWoken(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		t.Parallel()
+		e := newLeaseEnv(t, st, leaseJob("sw", "pool-sw", time.Hour, lease.Template{Key: "strand"}))
+		rn := e.runnerIn("pool-sw", "strand-a")
+		_, err := e.requestJob(e.a, "sw")
+		require.NoError(t, err)
+		holder := e.claim(e.a, rn, "")
+		waiter, err := e.requestJob(e.a, "sw")
+		require.NoError(t, err)
+		asg, err := e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
+		require.NoError(t, err)
+		require.Nil(t, asg, "the key is held")
+		n, err := e.a.WakeStrandedWaiters(e.ctx())
+		require.NoError(t, err)
+		require.Zero(t, n, "the key is held: its waiter stays")
+
+		_, err = e.a.Result(e.ctx(), call(rn, holder), succeeded())
+		require.NoError(t, err)
+		// As if the release had found the waiter's row locked.
+		list, err := st.AttemptListByRun(e.ctx(), waiter.ID)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		a := list[0]
+		a.BlockedOn = "strand"
+		require.NoError(t, st.AttemptUpdate(e.ctx(), a))
+		asg, err = e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
+		require.NoError(t, err)
+		require.Nil(t, asg, "stranded")
+
+		n, err = e.a.WakeStrandedWaiters(e.ctx())
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		got := e.claim(e.a, rn, "")
+		require.Equal(t, waiter.ID, got.RunID)
+		require.Equal(t, int64(2), tokenOf(got, "strand"))
+	})
+}

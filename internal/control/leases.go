@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -184,6 +185,41 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	}
 	return s.audit(ctx, tx, r.Tenant, "system:leases", "lease.released", r.ID, map[string]any{
 		"keys": released, "attempt": a.ID, "attempt_state": a.State, "holder": holder(a), "reason": "attempt " + string(a.State)})
+}
+
+// StrandedWaiterInterval is how often a server sweeps for attempts waiting
+// for a key that nobody holds (WakeStrandedWaiters).
+const StrandedWaiterInterval = 5 * time.Second
+
+// WakeStrandedWaiters makes claimable again the queued attempts waiting for
+// a key that nobody holds, a batch at a time. A release does not wait for
+// a waiter's row that another transaction has locked (on PostgreSQL that
+// wait could close a cycle with a claim holding the row and waiting for
+// the key); the key's next release wakes such a waiter, and this sweep
+// does when there is no next release.
+func (s *Service) WakeStrandedWaiters(ctx context.Context) (int, error) {
+	ctx = store.WithSystem(ctx, "lease waiters") // cross-tenant by nature (docs/operations.md)
+	total := 0
+	for {
+		var n int
+		err := s.store.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if n, err = tx.LeaseWakeStranded(ctx, s.batch); err != nil || n == 0 {
+				return err
+			}
+			return tx.WakeClaimers(ctx)
+		})
+		if err != nil {
+			return total, mapStoreErr(err)
+		}
+		total += n
+		if n < s.batch {
+			if total > 0 {
+				s.log.InfoContext(ctx, "control: woke attempts waiting for keys nobody holds", "attempts", total)
+			}
+			return total, nil
+		}
+	}
 }
 
 func holderView(h store.LeaseHold) protocol.LeaseHolder {

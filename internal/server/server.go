@@ -176,6 +176,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.Reap(ctx)
 		return err
 	})
+	s.loop(bg, "lease waiters", control.StrandedWaiterInterval, func(ctx context.Context) error {
+		_, err := svc.WakeStrandedWaiters(ctx)
+		return err
+	})
 	s.loop(bg, "approval expiry", 10*time.Second, func(ctx context.Context) error {
 		_, err := svc.ExpireApprovals(ctx)
 		return err

@@ -522,7 +522,8 @@ type Queries interface {
 	// ErrNotFound if none.
 	LeaseLiveRun(ctx context.Context, tenant, key, exceptRun string) (string, error)
 	// LeaseReleaseAttempt drops the attempt's holds and unblocks the queued
-	// attempts waiting for those keys; it returns the keys released.
+	// attempts waiting for those keys, except those another transaction
+	// has locked (see LeaseWakeStranded); it returns the keys released.
 	LeaseReleaseAttempt(ctx context.Context, tenant, attemptID string) ([]string, error)
 	// LeaseWaiters lists queued attempts blocked on key, oldest first.
 	LeaseWaiters(ctx context.Context, tenant, key string) ([]*Attempt, error)
@@ -534,6 +535,13 @@ type Queries interface {
 	// unblocks all waiters. Rows another transaction has locked are left
 	// as they are (a claim that meets one marks it then).
 	LeaseBlockWaiters(ctx context.Context, tenant, key string, limit int) (int, error)
+	// LeaseWakeStranded makes claimable again up to limit queued attempts,
+	// of any tenant, waiting for a key that nobody holds, and reports how
+	// many. A release leaves a waiter that another transaction has locked
+	// as it is (waiting for that lock could close a cycle); the next
+	// release of the key wakes it, and this sweep wakes it when there is
+	// none. Rows locked by another transaction are skipped here too.
+	LeaseWakeStranded(ctx context.Context, limit int) (int, error)
 
 	// LogAppend stores a chunk; it reports false when the chunk was already stored.
 	LogAppend(ctx context.Context, p *LogAppendParams) (bool, error)

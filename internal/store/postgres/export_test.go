@@ -119,3 +119,7 @@ const SetGenericSQL = setGenericSQL
 
 // SweepSQL returns the statements of AttemptListExpired and NoncePurge.
 func SweepSQL() (expired, noncePurge string) { return attemptListExpiredSQL, noncePurgeSQL }
+
+// LeaseWaiterSQL returns the statements that unblock a key's waiters on
+// release and sweep the waiters of keys nobody holds.
+func LeaseWaiterSQL() (unblock, wakeStranded string) { return unblockWaitersSQL, leaseWakeStrandedSQL }

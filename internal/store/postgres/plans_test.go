@@ -206,6 +206,49 @@ func TestLookupsUsePartialIndexes(t *testing.T) {
 	}
 }
 
+// TestLeaseWaiterStatementsUseIndexes: unblocking a key's waiters and the
+// sweep for waiters of free keys read attempts through attempts_blocked and
+// update them by primary key, with generic plans, when most of the table is
+// not waiting: a release or a sweep never scans every attempt. (With the
+// locked rows joined back to attempts the update was a hash join over a
+// scan of the table.)
+func TestLeaseWaiterStatementsUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	s := testdb.Postgres(t).(*postgres.Store)
+	_, err := postgres.TxStrings(ctx, s, `WITH r AS (INSERT INTO runs (id, tenant, job, channel, ref, commit_sha, actor, reason,
+			idempotency_key, state, lease_keys, waiting_for, max_attempts, counted_attempts, created_at, updated_at)
+		SELECT 'run_' || i, 'tn_w', 'job', 'main', 'main', '', 'usr', '', '', 'queued', '[]', '', 1, 0, now(), now()
+		FROM generate_series(1, 6000) i RETURNING id)
+		INSERT INTO attempts (id, run_id, tenant, number, state, pool, lease_ttl_us, timeout_us, not_before,
+			runner_id, lease_digest, claim_request_id, created_at, blocked_on)
+		SELECT 'att_' || substr(id, 5), id, 'tn_w', 1, CASE WHEN substr(id, 5)::int <= 5900 THEN 'succeeded' ELSE 'queued' END,
+			'default', 1000000, 1000000, now(), '', '', '', now(),
+			CASE WHEN substr(id, 5)::int > 5950 THEN 'hot' WHEN substr(id, 5)::int > 5900 THEN 'free' ELSE '' END
+		FROM r RETURNING ''`)
+	require.NoError(t, err)
+	_, err = postgres.TxStrings(ctx, s, `INSERT INTO leases (tenant, key, slot, run_id, attempt_id, fencing_token, acquired_at)
+		VALUES ('tn_w', 'hot', 0, 'run_1', 'att_1', 1, now()) RETURNING ''`)
+	require.NoError(t, err)
+	_, err = postgres.PoolStrings(ctx, s, `ANALYZE attempts`)
+	require.NoError(t, err)
+	unblock, sweep := postgres.LeaseWaiterSQL()
+	for _, c := range []struct{ name, sql, args string }{
+		{"unblock", unblock, `'tn_w', 'hot'`},
+		{"sweep", sweep, `100`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
+				`PREPARE waiters AS `+c.sql,
+				`EXPLAIN (FORMAT JSON) EXECUTE waiters(`+c.args+`)`,
+				`DEALLOCATE waiters`)
+			require.NoError(t, err)
+			plan := out[2][0]
+			require.Contains(t, plan, `"Index Name": "attempts_blocked"`, "plan: %s", plan)
+			require.NotRegexp(t, `"Node Type": "Seq Scan",[^{}]*"Relation Name": "attempts"`, plan)
+		})
+	}
+}
+
 // TestGenericPlansProbeIndexes: every statement marked for a generic plan,
 // planned on a new, empty schema, reaches its tables through an index.
 // The generic plan is made once per connection and kept while the table

@@ -300,6 +300,20 @@ func (q *queries) LeaseBlockWaiters(ctx context.Context, tenant, key string, lim
 	return int(n), interpretError(err)
 }
 
+// LeaseWakeStranded: one writer at a time, so a release never skips a
+// waiter here; the sweep is there for the stores where it can.
+func (q *queries) LeaseWakeStranded(ctx context.Context, limit int) (int, error) {
+	res, err := q.db.ExecContext(ctx, `UPDATE attempts SET blocked_on = '' WHERE id IN (SELECT a.id FROM attempts a
+		WHERE a.state = 'queued' AND a.blocked_on <> ''
+			AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.tenant = a.tenant AND l.key = a.blocked_on)
+		LIMIT ?)`, limit)
+	if err != nil {
+		return 0, interpretError(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), interpretError(err)
+}
+
 func (q *queries) LeaseWaiters(ctx context.Context, tenant, key string) ([]*store.Attempt, error) {
 	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE tenant = ? AND blocked_on = ? AND state = 'queued' ORDER BY not_before, id`, tenant, key)
@@ -328,6 +342,15 @@ func (s *Store) LeaseForceRelease(ctx context.Context, tenant, key string) (drop
 // LeaseKeyConsume marks a once key consumed behind the write gate.
 func (s *Store) LeaseKeyConsume(ctx context.Context, tenant, key, runID string) error {
 	return s.gated(ctx, func(q *queries) error { return q.LeaseKeyConsume(ctx, tenant, key, runID) })
+}
+
+// LeaseWakeStranded sweeps behind the write gate.
+func (s *Store) LeaseWakeStranded(ctx context.Context, limit int) (n int, err error) {
+	err = s.gated(ctx, func(q *queries) error {
+		n, err = q.LeaseWakeStranded(ctx, limit)
+		return err
+	})
+	return n, err
 }
 
 // LeaseReleaseAttempt drops an attempt's holds behind the write gate.

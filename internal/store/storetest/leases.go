@@ -715,3 +715,116 @@ func testLeaseBlockWaiters(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	require.Zero(t, n, "marked already")
 }
+
+// testLeaseWakeStranded: the sweep unblocks the waiters of keys nobody
+// holds, in every tenant, and leaves alone the waiters of held keys and
+// attempts no longer queued.
+func testLeaseWakeStranded(t *testing.T, s store.Store) {
+	ctx := bg()
+	f := newFixture(t, s)
+	other := &fixture{s: s, tenant: "tnt_other", n: 700}
+	holder := f.leasedAttempt(t, at(0), lk("held", 1))
+	acquire(t, s, holder, at(0), lk("held", 1))
+	mark := func(a *store.Attempt, key string) *store.Attempt {
+		t.Helper()
+		a.BlockedOn = key
+		require.NoError(t, s.AttemptUpdate(ctx, a))
+		return a
+	}
+	heldWaiter := mark(f.queuedAttempt(t, lk("held", 1)), "held")
+	free := []*store.Attempt{
+		mark(f.queuedAttempt(t, lk("free", 1)), "free"),
+		mark(f.queuedAttempt(t, lk("free", 1)), "free"),
+		mark(f.queuedAttempt(t, lk("gone", 2)), "gone"),
+		// Another tenant's key of the held key's name is free there.
+		mark(other.queuedAttempt(t, lk("held", 1)), "held"),
+	}
+	ended := mark(f.queuedAttempt(t, lk("free", 1)), "free")
+	ended.State = store.AttemptCancelled
+	require.NoError(t, s.AttemptUpdate(ctx, ended))
+
+	n, err := s.LeaseWakeStranded(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, len(free), n)
+	for _, a := range free {
+		got, err := s.AttemptGetByID(ctx, a.ID, false)
+		require.NoError(t, err)
+		require.Empty(t, got.BlockedOn, a.ID)
+	}
+	for want, a := range map[string]*store.Attempt{"held": heldWaiter, "free": ended} {
+		got, err := s.AttemptGetByID(ctx, a.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, want, got.BlockedOn, a.ID)
+	}
+	n, err = s.LeaseWakeStranded(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// A batch at a time.
+	for range 3 {
+		mark(f.queuedAttempt(t, lk("later", 1)), "later")
+	}
+	n, err = s.LeaseWakeStranded(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	n, err = s.LeaseWakeStranded(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+// testLeaseReleaseSkipsLockedWaiters: a release does not wait for a
+// waiter's row that another transaction has locked. A claim can hold such
+// a row (its SKIP LOCKED statement locked it, then found that another
+// claim had just marked it waiting) while it waits for the key's row,
+// which the release holds: waiting here was a deadlock. The waiter it
+// skipped is woken by the sweep once the key is free and the row is not
+// locked. Stores with one writer have no such rows.
+func testLeaseReleaseSkipsLockedWaiters(t *testing.T, s store.Store) {
+	if sw, ok := s.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		t.Skip("one write transaction at a time: no row is ever locked by another")
+	}
+	ctx := bg()
+	f := newFixture(t, s)
+	holder := f.leasedAttempt(t, at(0), lk("k", 1))
+	acquire(t, s, holder, at(0), lk("k", 1))
+	var waiters []*store.Attempt
+	for range 2 {
+		w := f.queuedAttempt(t, lk("k", 1))
+		w.BlockedOn = "k"
+		require.NoError(t, s.AttemptUpdate(ctx, w))
+		waiters = append(waiters, w)
+	}
+	locked, unlock := make(chan struct{}), make(chan struct{})
+	locker := make(chan error, 1)
+	go func() {
+		locker <- s.InTx(ctx, func(tx store.Tx) error {
+			if _, err := tx.AttemptGetByID(ctx, waiters[0].ID, true); err != nil {
+				return err
+			}
+			close(locked)
+			<-unlock
+			return nil
+		})
+	}()
+	<-locked
+	// Waiting for the locker would never end here: it waits for this.
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	keys, err := s.LeaseReleaseAttempt(rctx, f.tenant, holder.ID)
+	cancel()
+	close(unlock)
+	require.NoError(t, <-locker)
+	require.NoError(t, err, "the release waited for a row another transaction holds")
+	require.Equal(t, []string{"k"}, keys)
+	blockedOn := func(a *store.Attempt) string {
+		t.Helper()
+		got, err := s.AttemptGetByID(ctx, a.ID, false)
+		require.NoError(t, err)
+		return got.BlockedOn
+	}
+	require.Equal(t, "k", blockedOn(waiters[0]), "the locked waiter is skipped")
+	require.Empty(t, blockedOn(waiters[1]))
+	n, err := s.LeaseWakeStranded(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Empty(t, blockedOn(waiters[0]))
+}

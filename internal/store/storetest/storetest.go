@@ -86,7 +86,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SigningKeys", testSigningKeys},
 		{"Credentials", testCredentials},
 		{"Catalogs", testCatalogs},
-		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseBlockWaiters", testLeaseBlockWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseKeyLock", testLeaseKeyLock}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
+		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseBlockWaiters", testLeaseBlockWaiters}, {"LeaseWakeStranded", testLeaseWakeStranded}, {"LeaseReleaseSkipsLockedWaiters", testLeaseReleaseSkipsLockedWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseKeyLock", testLeaseKeyLock}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 		{"Schedules", testSchedules},
 		{"Artifacts", testArtifacts}, {"SourceTickets", testSourceTickets},
 		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox}, {"GitHubOpenCheckRuns", testGitHubOpenCheckRuns},
