@@ -353,10 +353,11 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 	}
 	var fresh []bool
 	failed, ferr := -1, error(nil)
-	bt := &batchTx{keys: keyLocks{on: c.locks}}
+	last := len(bodies) - 1 // the last body run (cutAfterKeys)
+	bt := &batchTx{}
 	err := c.st.InTx(context.WithoutCancel(ops[0].ctx), func(tx store.Tx) error {
 		s.take()
-		failed, ferr, fresh = -1, nil, nil
+		failed, ferr, fresh, last = -1, nil, nil, len(bodies)-1
 		bt.reset(tx)
 		if len(list) > 0 {
 			var err error
@@ -368,12 +369,15 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 			if at[i] >= 0 && !fresh[at[i]] {
 				continue // a replay: refused once the group committed
 			}
-			bt.keys.nextBody()
 			if err := o.fn(bt); err != nil {
 				failed, ferr = i, err
 				// Wrapped so that InTx still retries the whole group on a
 				// serialization failure or deadlock.
 				return fmt.Errorf("%w: %w", errBodyFailed, err)
+			}
+			if bt.keys.touched && c.locks {
+				last = i // cutAfterKeys (keyorder.go)
+				break
 			}
 		}
 		if !bt.keys.touched {
@@ -383,7 +387,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 	})
 	switch {
 	case err == nil:
-		c.count(len(ops))
+		c.count(last + 1 + len(nonces))
 		for i, o := range nonces {
 			if fresh[i] {
 				o.finish(nil)
@@ -391,17 +395,24 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 				o.finish(store.ErrAlreadyExists)
 			}
 		}
+		var rest []*commitOp
 		for i, o := range bodies {
-			switch {
-			case at[i] < 0:
-				o.finish(nil)
-			case fresh[at[i]]:
+			if at[i] >= 0 {
+				if !fresh[at[i]] {
+					o.finish(authn.ErrReplay())
+					continue
+				}
+				// Recorded with this group: a body left for the next one
+				// does not record it again (PendingNonceOf).
 				pending[i].SetRecorded()
+			}
+			if i > last {
+				rest = append(rest, o)
+			} else {
 				o.finish(nil)
-			default:
-				o.finish(authn.ErrReplay())
 			}
 		}
+		c.group(rest, s)
 	case errors.Is(err, errNoncesFailed) && len(bodies) > 0:
 		// The nonces' statement failed: each gets that error, and so does
 		// each body whose nonce was in it; the other bodies go on without
@@ -434,12 +445,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 		}
 	default:
 		c.group(append(nonces, bodies[:failed]...), s)
-		if errors.Is(ferr, errLockOrder) {
-			// Not a failure: the body would have locked lease keys out of
-			// the group's order (keyorder.go); alone it has no order but
-			// its own.
-			c.group([]*commitOp{bodies[failed]}, s)
-		} else if failed > 0 && isRefusal(ferr) {
+		if failed > 0 && isRefusal(ferr) {
 			// A refusal may rest on what the bodies before it wrote (a
 			// run holding the key it asked for, say), and those just ran
 			// again in a transaction of their own, where what they wrote

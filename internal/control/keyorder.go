@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/jobplane/jobplane/internal/store"
@@ -12,79 +11,45 @@ import (
 // lease-key rows (a request checking a reject or once key, a claim taking
 // keys, a result releasing them) locks them in one order, (tenant, key)
 // ascending, so that no two can each hold a row the other waits for. A
-// body sorts its own keys; what it cannot see is the group around it: a
-// group transaction whose second body takes key "a" after its first took
-// "b" deadlocks with one that releases "a" then "b", and PostgreSQL breaks
-// that only after a second by failing one of them (found by L11 in CI). So
-// a group transaction tracks the rows its bodies locked, and a body that
-// would lock a row below one an earlier body locked stops with
-// errLockOrder: the committer commits the bodies before it and runs it in
-// a transaction of its own.
+// body sorts its own keys, and one that locks the keys of several runs (a
+// claim or a results call of several, a batch of run requests, disabling
+// a runner) locks all of them first, in order (lockKeysFirst).
 //
-// A body that locks the keys of several runs (a claim or a results call of
-// several, a batch of run requests, disabling a runner) locks all of them
-// first, in order (lockKeysFirst), for the same reason.
+// A group transaction ends with its first body that took, checked or
+// released lease keys; the bodies after it form the next group (the cut in
+// committer.group). That keeps the order across bodies too: a group whose
+// second body took key "a" after its first took "b" deadlocked with one
+// that released "a" then "b" (L11 in CI, before session 8, when a group
+// still tracked its bodies' keys and ran a body alone that would have
+// locked one out of order). It also keeps a group that holds key rows from
+// waiting for anything but its commit. Every body waits for attempt rows
+// before key rows (a result or a renewal locks its attempts first; a claim
+// skips locked attempts), but a claim may hold an attempt's row it did not
+// take: its SKIP LOCKED statement locked the row, found on its latest
+// version that another claim had just taken it, and passed over it,
+// keeping the lock to its end. Such a claim waiting for a key's row, held
+// by a group whose next body then waited for that attempt's row (the
+// runner's renewal, say), was a deadlock, which PostgreSQL broke after a
+// second by failing one of them (17 in two and a half minutes of the
+// long lease linearizability test; none since). Groups of calls without
+// lease keys, the common case, are not cut.
 
-// errLockOrder: a body of a group transaction would lock a lease key's row
-// out of the group's order.
-var errLockOrder = errors.New("lease keys out of the group transaction's lock order")
-
-// keyLocks is what a group transaction's bodies locked so far.
+// keyLocks is what a group transaction's bodies did with lease keys.
 type keyLocks struct {
-	on     bool            // the store has row locks (PostgreSQL)
-	held   map[string]bool // tenant "\x00" key
-	before string          // the greatest row locked by the bodies before this one
-	body   string          // the greatest row locked by this body
 	// touched: a body of the group took, checked or released lease keys;
-	// such a group keeps its commit slot until it has committed (slot).
+	// the group ends with that body (on a store with row locks) and keeps
+	// its commit slot until it has committed (slot).
 	touched bool
 }
 
-func (k *keyLocks) reset() {
-	clear(k.held)
-	k.before, k.body = "", ""
-	k.touched = false
-}
+func (k *keyLocks) reset() { k.touched = false }
 
-// nextBody is called before each body of the group.
-func (k *keyLocks) nextBody() { k.before = max(k.before, k.body) }
-
-func keyRow(tenant, key string) string { return tenant + "\x00" + key }
-
-// keysInOrder says whether tx may lock the rows of keys (of one tenant)
-// now: errLockOrder when tx is a group transaction and one of them, not
-// locked already, is below a row an earlier body locked.
-func keysInOrder(tx store.Tx, tenant string, keys []string) error {
-	bt, ok := tx.(*batchTx)
-	if ok && len(keys) > 0 {
-		// Not for none: every run request checks its keys, most have none.
+// keysTouched notes that a body of tx is about to take, check or release
+// n lease keys. Not for none: every run request checks its keys, most
+// have none.
+func keysTouched(tx store.Tx, n int) {
+	if bt, ok := tx.(*batchTx); ok && n > 0 {
 		bt.keys.touched = true
-	}
-	if !ok || !bt.keys.on || bt.keys.before == "" {
-		return nil
-	}
-	for _, k := range keys {
-		if r := keyRow(tenant, k); !bt.keys.held[r] && r <= bt.keys.before {
-			return errLockOrder
-		}
-	}
-	return nil
-}
-
-// keysLocked notes the rows tx just locked; only those actually locked, or
-// a later body would take a row it believes held out of order.
-func keysLocked(tx store.Tx, tenant string, keys []string) {
-	bt, ok := tx.(*batchTx)
-	if !ok || !bt.keys.on {
-		return
-	}
-	if bt.keys.held == nil {
-		bt.keys.held = map[string]bool{}
-	}
-	for _, k := range keys {
-		r := keyRow(tenant, k)
-		bt.keys.held[r] = true
-		bt.keys.body = max(bt.keys.body, r)
 	}
 }
 
@@ -113,18 +78,13 @@ func (s *Service) lockKeysFirst(ctx context.Context, tx store.Tx, tenant string,
 	return lockKeyRows(ctx, tx, tenant, slices.Compact(keys))
 }
 
-// lockKeyRows locks the rows of keys (sorted, of one tenant) in tx, within
-// its group's order.
+// lockKeyRows locks the rows of keys (sorted, of one tenant) in tx.
 func lockKeyRows(ctx context.Context, tx store.Tx, tenant string, keys []string) error {
-	if err := keysInOrder(tx, tenant, keys); err != nil {
-		return err
-	}
-	for i, k := range keys {
+	keysTouched(tx, len(keys))
+	for _, k := range keys {
 		if err := tx.LeaseKeyLock(ctx, tenant, k); err != nil {
-			keysLocked(tx, tenant, keys[:i])
 			return err
 		}
 	}
-	keysLocked(tx, tenant, keys)
 	return nil
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
+func keyRow(tenant, key string) string { return tenant + "\x00" + key }
+
 // lockRecorder wraps a store: each transaction records the lease-key rows
 // it locks, and one that locks a row below another it already holds is
 // noted — the order two transactions need to deadlock.

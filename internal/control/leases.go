@@ -100,19 +100,11 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return nil, false, err
 	}
-	names := keyNames(store.SortedLeaseKeys(keys))
-	if err := keysInOrder(tx, r.Tenant, names); err != nil {
-		return nil, false, err
-	}
+	keysTouched(tx, len(keys))
 	held, blockedOn, err := tx.LeaseAcquire(ctx, &store.LeaseAcquireParams{Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Keys: keys, Now: s.clock.NowOrNil()})
 	if err != nil {
 		return nil, false, err
 	}
-	if blockedOn != "" {
-		// The keys are locked in order up to the one that is not free.
-		names = names[:slices.Index(names, blockedOn)+1]
-	}
-	keysLocked(tx, r.Tenant, names)
 	if blockedOn == "" {
 		if len(held) > 0 && held[0].ExpiresAt != nil {
 			a.LeaseExpiresAt = held[0].ExpiresAt // restarted after the key locks
@@ -159,15 +151,11 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return err
 	}
-	// The keys the attempt holds are some of its run's.
-	if err := keysInOrder(tx, r.Tenant, keyNames(keys)); err != nil {
-		return err
-	}
+	keysTouched(tx, len(keys))
 	released, err := tx.LeaseReleaseAttempt(ctx, r.Tenant, a.ID)
 	if err != nil {
 		return err
 	}
-	keysLocked(tx, r.Tenant, released)
 	if a.State == store.AttemptSucceeded {
 		for _, k := range keys {
 			if k.Once && slices.Contains(released, k.Key) {
