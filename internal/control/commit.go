@@ -333,7 +333,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 			if err := bodies[0].fn(bt); err != nil {
 				return err
 			}
-			if !bt.keys.touched {
+			if !bt.keysTouched {
 				s.handOn()
 			}
 			return nil
@@ -353,7 +353,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 	}
 	var fresh []bool
 	failed, ferr := -1, error(nil)
-	last := len(bodies) - 1 // the last body run (cutAfterKeys)
+	last := len(bodies) - 1 // the last body run: a group ends after lease keys (keyorder.go)
 	bt := &batchTx{}
 	err := c.st.InTx(context.WithoutCancel(ops[0].ctx), func(tx store.Tx) error {
 		s.take()
@@ -375,12 +375,12 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 				// serialization failure or deadlock.
 				return fmt.Errorf("%w: %w", errBodyFailed, err)
 			}
-			if bt.keys.touched && c.locks {
-				last = i // cutAfterKeys (keyorder.go)
+			if bt.keysTouched && c.locks {
+				last = i
 				break
 			}
 		}
-		if !bt.keys.touched {
+		if !bt.keysTouched {
 			s.handOn()
 		}
 		return nil
@@ -475,13 +475,16 @@ func (c *committer) count(bodies int) {
 type batchTx struct {
 	store.Tx
 	empty map[string]bool
-	keys  keyLocks
+	// keysTouched: a body took, checked or released lease keys; the group
+	// ends with that body (where rows are locked) and keeps its commit
+	// slot until it has committed (slot). See keyorder.go.
+	keysTouched bool
 }
 
 func (b *batchTx) reset(tx store.Tx) {
 	b.Tx = tx
 	clear(b.empty)
-	b.keys.reset()
+	b.keysTouched = false
 }
 
 func (b *batchTx) WakeClaimers(ctx context.Context) error {

@@ -16,12 +16,12 @@ import (
 // a runner) locks all of them first, in order (lockKeysFirst).
 //
 // A group transaction ends with its first body that took, checked or
-// released lease keys; the bodies after it form the next group (the cut in
-// committer.group). That keeps the order across bodies too: a group whose
-// second body took key "a" after its first took "b" deadlocked with one
-// that released "a" then "b" (L11 in CI, before session 8, when a group
-// still tracked its bodies' keys and ran a body alone that would have
-// locked one out of order). It also keeps a group that holds key rows from
+// released lease keys; the bodies after it form the next group (the cut
+// in committer.group, on batchTx.keysTouched). That keeps the order across
+// bodies too: a group whose second body took key "a" after its first took
+// "b" deadlocked with one that released "a" then "b" (L11 in CI, before
+// session 8, when a group still tracked its bodies' keys and ran a body
+// alone that would have locked one out of order). It also keeps a group that holds key rows from
 // waiting for anything but its commit. Every body waits for attempt rows
 // before key rows (a result or a renewal locks its attempts first; a claim
 // skips locked attempts), but a claim may hold an attempt's row it did not
@@ -34,22 +34,12 @@ import (
 // long lease linearizability test; none since). Groups of calls without
 // lease keys, the common case, are not cut.
 
-// keyLocks is what a group transaction's bodies did with lease keys.
-type keyLocks struct {
-	// touched: a body of the group took, checked or released lease keys;
-	// the group ends with that body (on a store with row locks) and keeps
-	// its commit slot until it has committed (slot).
-	touched bool
-}
-
-func (k *keyLocks) reset() { k.touched = false }
-
 // keysTouched notes that a body of tx is about to take, check or release
 // n lease keys. Not for none: every run request checks its keys, most
 // have none.
 func keysTouched(tx store.Tx, n int) {
 	if bt, ok := tx.(*batchTx); ok && n > 0 {
-		bt.keys.touched = true
+		bt.keysTouched = true
 	}
 }
 
