@@ -531,9 +531,10 @@ type Queries interface {
 	// of the tenant that is not marked yet and whose run names key with
 	// this limit, and sets those runs' WaitingFor. Call it only holding
 	// key's row lock, having found key full (LeaseAcquire's blockedOn):
-	// none of them could take it before a release, and every release
-	// unblocks all waiters. Rows another transaction has locked are left
-	// as they are (a claim that meets one marks it then).
+	// none of them could take it before a release, and a release unblocks
+	// the waiters (LeaseReleaseAttempt, LeaseWakeStranded). Rows another
+	// transaction has locked are left as they are (a claim that meets one
+	// marks it then).
 	LeaseBlockWaiters(ctx context.Context, tenant, key string, limit int) (int, error)
 	// LeaseWakeStranded makes claimable again up to limit queued attempts,
 	// of any tenant, waiting for a key that nobody holds, and reports how
