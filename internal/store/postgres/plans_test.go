@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,17 +77,28 @@ type planNode struct {
 	Plans    []planNode `json:"Plans"`
 }
 
+// forceGeneric makes a prepared statement take its generic plan at once,
+// the plan it gets after a few calls.
+const forceGeneric = `SET LOCAL plan_cache_mode = force_generic_plan`
+
+// explainPrepared prepares sql and runs EXPLAIN (opts) of its execution
+// with args (SQL literals), after the setup statements, in one transaction;
+// it returns the plan (opts should ask for JSON).
+func explainPrepared(t *testing.T, s *postgres.Store, setup []string, opts, sql string, args ...string) string {
+	t.Helper()
+	stmts := append(slices.Clone(setup), `PREPARE explained AS `+sql,
+		`EXPLAIN (`+opts+`) EXECUTE explained(`+strings.Join(args, ", ")+`)`, `DEALLOCATE explained`)
+	out, err := postgres.TxStringsSeq(context.Background(), s, stmts...)
+	require.NoError(t, err)
+	return out[len(setup)+1][0]
+}
+
 // analyzeGeneric runs sql with args (SQL literals) under EXPLAIN ANALYZE
 // with the generic plan a prepared statement gets after a few calls, and
 // returns the plan's top node and the plan as text.
 func analyzeGeneric(t *testing.T, s *postgres.Store, sql string, args ...string) (planNode, string) {
 	t.Helper()
-	out, err := postgres.TxStringsSeq(context.Background(), s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-		`PREPARE analyzed AS `+sql,
-		`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE analyzed(`+strings.Join(args, ", ")+`)`,
-		`DEALLOCATE analyzed`)
-	require.NoError(t, err)
-	plan := out[2][0]
+	plan := explainPrepared(t, s, []string{forceGeneric}, "ANALYZE, FORMAT JSON", sql, args...)
 	var plans []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal([]byte(plan), &plans))
 	return plans[0].Plan, plan
@@ -195,13 +207,9 @@ func TestLookupsUsePartialIndexes(t *testing.T) {
 		{"attempt by claim request", byRequest, `'rnr_x', 'req_x'`, "attempts_claim_request"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-				`SET LOCAL enable_seqscan = off`, `SET LOCAL enable_indexscan = on`,
-				`PREPARE lookup AS `+c.sql,
-				`EXPLAIN (FORMAT JSON) EXECUTE lookup(`+c.args+`)`,
-				`DEALLOCATE lookup`)
-			require.NoError(t, err)
-			require.Contains(t, out[4][0], `"Index Name": "`+c.index+`"`, "plan: %s", out[4][0])
+			plan := explainPrepared(t, s, []string{forceGeneric, `SET LOCAL enable_seqscan = off`, `SET LOCAL enable_indexscan = on`},
+				"FORMAT JSON", c.sql, c.args)
+			require.Contains(t, plan, `"Index Name": "`+c.index+`"`, "plan: %s", plan)
 		})
 	}
 }
@@ -237,12 +245,7 @@ func TestLeaseWaiterStatementsUseIndexes(t *testing.T) {
 		{"sweep", sweep, `100`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL plan_cache_mode = force_generic_plan`,
-				`PREPARE waiters AS `+c.sql,
-				`EXPLAIN (FORMAT JSON) EXECUTE waiters(`+c.args+`)`,
-				`DEALLOCATE waiters`)
-			require.NoError(t, err)
-			plan := out[2][0]
+			plan := explainPrepared(t, s, []string{forceGeneric}, "FORMAT JSON", c.sql, c.args)
 			require.Contains(t, plan, `"Index Name": "attempts_blocked"`, "plan: %s", plan)
 			require.NotRegexp(t, `"Node Type": "Seq Scan",[^{}]*"Relation Name": "attempts"`, plan)
 		})
@@ -257,7 +260,6 @@ func TestLeaseWaiterStatementsUseIndexes(t *testing.T) {
 // after: LogAppends' duplicate check hashed all of log_lines at every call,
 // 4.5 ms a call at 8,000 lines.
 func TestGenericPlansProbeIndexes(t *testing.T) {
-	ctx := context.Background()
 	s := testdb.Postgres(t).(*postgres.Store)
 	param := regexp.MustCompile(`\$(\d+)`)
 	for name, sql := range postgres.GenericSQL() {
@@ -266,12 +268,8 @@ func TestGenericPlansProbeIndexes(t *testing.T) {
 			for _, m := range param.FindAllStringSubmatch(sql, -1) {
 				n = max(n, atoi(t, m[1]))
 			}
-			out, err := postgres.TxStringsSeq(ctx, s, postgres.SetGenericSQL,
-				`PREPARE g AS `+sql,
-				`EXPLAIN (FORMAT JSON) EXECUTE g(`+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+`)`,
-				`DEALLOCATE g`)
-			require.NoError(t, err)
-			plan := out[2][0]
+			plan := explainPrepared(t, s, []string{postgres.SetGenericSQL}, "FORMAT JSON", sql,
+				strings.TrimSuffix(strings.Repeat("NULL, ", n), ", "))
 			var plans []struct{ Plan scanNode }
 			require.NoError(t, json.Unmarshal([]byte(plan), &plans))
 			require.Empty(t, fullScans(plans[0].Plan), "scans of whole tables in the generic plan: %s", plan)
@@ -341,7 +339,6 @@ func atoi(t *testing.T, s string) int {
 // entries wait, so it is not asserted here.) Compared with clock_timestamp(), which is volatile, the
 // index was read whole at every round, with the row behind every entry.
 func TestSweepsCompareTimeInTheIndex(t *testing.T) {
-	ctx := context.Background()
 	s := testdb.Postgres(t).(*postgres.Store)
 	expired, purge := postgres.SweepSQL()
 	for _, c := range []struct {
@@ -354,14 +351,10 @@ func TestSweepsCompareTimeInTheIndex(t *testing.T) {
 			// Sequential scans off: on empty tables the planner would pick
 			// one whatever the condition; the question is whether the time
 			// bounds the index scan.
-			out, err := postgres.TxStringsSeq(ctx, s, `SET LOCAL enable_seqscan = off`,
-				`PREPARE sweep AS `+c.sql,
-				`EXPLAIN (FORMAT JSON) EXECUTE sweep(`+c.args+`)`,
-				`DEALLOCATE sweep`)
-			require.NoError(t, err)
+			plan := explainPrepared(t, s, []string{`SET LOCAL enable_seqscan = off`}, "FORMAT JSON", c.sql, c.args)
 			var plans []struct{ Plan scanNode }
-			require.NoError(t, json.Unmarshal([]byte(out[2][0]), &plans))
-			require.True(t, boundedBy(plans[0].Plan, c.column), "no index condition on %s: %s", c.column, out[2][0])
+			require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+			require.True(t, boundedBy(plans[0].Plan, c.column), "no index condition on %s: %s", c.column, plan)
 		})
 	}
 }
