@@ -433,8 +433,9 @@ func (r *Result) String() string {
 	} else {
 		steps += "result carrying a log chunk"
 	}
-	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; claim p50 %.2f ms, p99 %.2f ms; %s)\n",
-		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, cpuText(r.Lifecycle, "run"))
+	s += fmt.Sprintf("  lifecycle      %8.1f runs/s   (%d in %.2fs; %s; %s; claim p50 %.2f ms, p99 %.2f ms; %s)\n",
+		r.Lifecycle.PerSecond, r.Lifecycle.Ops, r.Lifecycle.Seconds, steps, claimsText(r.Lifecycle.Ops, r.LifecycleClaimLatency.Count),
+		r.LifecycleClaimLatency.P50ms, r.LifecycleClaimLatency.P99ms, cpuText(r.Lifecycle, "run"))
 	s += fmt.Sprintf("  request→claimed p50 %.2f ms, p99 %.2f ms (lifecycle: requests outpace the runners, so this includes queueing)\n",
 		r.LifecycleRequestToClaimed.P50ms, r.LifecycleRequestToClaimed.P99ms)
 	s += fmt.Sprintf("  dispatch       request→claimed p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d runs one at a time, every runner idle in a long poll)\n",
@@ -460,4 +461,13 @@ func (r *Result) String() string {
 		}
 	}
 	return s
+}
+
+// claimsText says how many claims answered with work carried a phase's
+// runs: with --claim-max, whether the runners' batches were full.
+func claimsText(runs, claims int) string {
+	if claims == 0 {
+		return "no claims"
+	}
+	return fmt.Sprintf("%d claims, %.1f runs each", claims, float64(runs)/float64(claims))
 }
