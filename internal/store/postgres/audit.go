@@ -212,7 +212,7 @@ type laterAudit struct {
 const laterAuditSQL = `WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS xid),
 		w AS MATERIALIZED (SELECT pg_notify($7, $8) WHERE $9)
 	INSERT INTO audit_events (xid, tenant, at, actor, action, subject, details)
-	SELECT x.xid, u.tenant, coalesce(u.at, clock_timestamp()), u.actor, u.action, u.subject, u.details::jsonb
+	SELECT x.xid, u.tenant, coalesce(u.at, clock_timestamp()), u.actor, u.action, u.subject, u.details::json
 	FROM x, unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])
 		WITH ORDINALITY AS u(tenant, at, actor, action, subject, details, ord)
 	WHERE (SELECT count(*) FROM w) >= 0

@@ -81,7 +81,7 @@ func (x *runArrays) args() []any {
 	return []any{x.ids, x.states, x.waiting, x.decisions, x.grants, x.counted, x.cancel, x.updated, x.finished, x.keep}
 }
 
-var runsSetSQL = `UPDATE runs SET state = u.rstate, ` + keptRecordsSQL("u.decision::jsonb", "u.grants::jsonb", "u.keep") + `,
+var runsSetSQL = `UPDATE runs SET state = u.rstate, ` + keptRecordsSQL("u.decision::json", "u.grants::jsonb", "u.keep") + `,
 	waiting_for = u.waiting_for, counted_attempts = u.counted_attempts, cancel_requested = u.cancel_requested,
 	updated_at = coalesce(u.updated_at, clock_timestamp()), finished_at = u.finished_at`
 
@@ -218,8 +218,8 @@ func runsCreateQueuedSQL(onConflict string) string {
 		r AS (
 		INSERT INTO runs (` + runCols + `)
 		SELECT v.id, v.tenant, v.job, v.channel, v.ref, v.commit_sha, v.params::jsonb, v.actor, v.reason,
-			v.source::jsonb, v.idempotency_key, v.state, v.decision::jsonb, v.grants::jsonb, v.lease_keys::jsonb,
-			v.waiting_for, v.spec::jsonb, v.max_attempts, v.counted_attempts, v.cancel_requested,
+			v.source::jsonb, v.idempotency_key, v.state, v.decision::json, v.grants::jsonb, v.lease_keys::jsonb,
+			v.waiting_for, v.spec::json, v.max_attempts, v.counted_attempts, v.cancel_requested,
 			coalesce(v.created_at, n.now), coalesce(v.updated_at, v.created_at, n.now), v.finished_at
 		FROM v, n ORDER BY v.ord
 		` + onConflict + ` RETURNING id, created_at, updated_at),

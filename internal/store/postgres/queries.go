@@ -802,7 +802,7 @@ var attemptRunUpdateSQL = `WITH a AS (
 		UPDATE attempts SET state = $10, runner_id = $11, lease_digest = $12, claim_request_id = $13,
 			claimed_at = $14, lease_expires_at = $15, deadline = $16, heartbeat_at = $17, ended_at = $18, result = $19,
 			not_before = $20, blocked_on = $21 WHERE id = $22 RETURNING 1)
-		UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::jsonb", "$4::jsonb", "$23::boolean") + `, waiting_for = $5,
+		UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::json", "$4::jsonb", "$23::boolean") + `, waiting_for = $5,
 		counted_attempts = $6, cancel_requested = $7, updated_at = ` + nowSQL + `, finished_at = $8
 		WHERE id = $9 AND EXISTS (SELECT 1 FROM a)`
 
@@ -813,7 +813,7 @@ func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
 		r.CancelRequested, r.FinishedAt, r.ID, keep)
 }
 
-var runUpdateSQL = `UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::jsonb", "$4::jsonb", "$10::boolean") + `,
+var runUpdateSQL = `UPDATE runs SET state = $2, ` + keptRecordsSQL("$3::json", "$4::jsonb", "$10::boolean") + `,
 		waiting_for = $5, counted_attempts = $6, cancel_requested = $7, updated_at = ` + nowSQL + `, finished_at = $8
 		WHERE id = $9`
 
