@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -135,17 +134,4 @@ func workBacklog(ctx context.Context, s *Service, r *store.Runner, claimed *atom
 			}
 		}
 	}
-}
-
-// runnerOf inserts an active runner of tenant in pool.
-func (e *env) runnerOf(tenant, pool, name string) *store.Runner {
-	e.t.Helper()
-	now := e.clock.Now()
-	r := &store.Runner{
-		ID: id.New(id.Runner, now), Tenant: tenant, Pool: pool, Name: name, Labels: []string{},
-		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
-		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
-	}
-	require.NoError(e.t, e.store.InTx(e.ctx(), func(tx store.Tx) error { return tx.RunnerCreate(e.ctx(), r) }))
-	return r
 }

@@ -94,17 +94,7 @@ func newLeaseEnv(t *testing.T, st store.Store, jobs ...Spec) *env {
 // runnerIn inserts an active runner of the test tenant in pool.
 func (e *env) runnerIn(pool, name string) *store.Runner {
 	e.t.Helper()
-	now := e.clock.Now()
-	r := &store.Runner{
-		ID: id.New(id.Runner, now), Tenant: testTenant, Pool: pool, Name: name, Labels: []string{},
-		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
-		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
-	}
-	// Through a transaction, as registration does: other tests' goroutines
-	// may be writing, and an autocommit write would race BEGIN IMMEDIATE on
-	// SQLite in its busy handler.
-	require.NoError(e.t, e.store.InTx(e.ctx(), func(tx store.Tx) error { return tx.RunnerCreate(e.ctx(), r) }))
-	return r
+	return e.runnerOf(testTenant, pool, name)
 }
 
 // requestJob asks for a run of job; it returns the error instead of failing

@@ -115,9 +115,15 @@ func (e *env) ctx() context.Context { return context.Background() }
 // runner inserts an active runner of the test tenant and pool.
 func (e *env) runner(name string) *store.Runner {
 	e.t.Helper()
+	return e.runnerOf(testTenant, testPool, name)
+}
+
+// runnerOf inserts an active runner of tenant in pool.
+func (e *env) runnerOf(tenant, pool, name string) *store.Runner {
+	e.t.Helper()
 	now := e.clock.Now()
 	r := &store.Runner{
-		ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: name, Labels: []string{},
+		ID: id.New(id.Runner, now), Tenant: tenant, Pool: pool, Name: name, Labels: []string{},
 		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000",
 		Status: store.RunnerActive, AllowedRepos: []string{}, LastSeenAt: &now, CreatedAt: now,
 	}
