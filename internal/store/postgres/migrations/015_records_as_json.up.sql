@@ -3,8 +3,9 @@
 -- tree at every write, printed back at every read): a run's decision record
 -- (about 1 kB, written at the request and again at the claim), its pinned
 -- spec (written at the request) and an audit event's details (three events
--- per run). No statement looks inside any of them; PostgreSQL's parsing
--- was about 7 % of its CPU per run (docs/benchmarks.md, "Session 19").
+-- per run). No statement looks inside any of them; stored as json they
+-- cost PostgreSQL 4 to 10 % less CPU per run (docs/benchmarks.md,
+-- "Session 19").
 --
 -- The rows are rewritten once, here: each value keeps jsonb's spelling of
 -- it. The audit chain does not depend on the spelling (its encoding is
