@@ -133,3 +133,52 @@ func TestClaimResolvesDefinitionsOnce(t *testing.T) {
 		require.Equal(t, 1, defs.count("prod")-before, "Resolve calls for a claim of 1")
 	})
 }
+
+// storedRecord is a decision record as a request writes it for a job
+// allowed by one rule: the shape and size (about 450 bytes) the claim of
+// every queued run reads.
+const storedRecord = `{"request":{"allowed":true,"rule":"all","explanation":"allowed: rule all (policies/all.yaml:1) allows admin to run job noop in channel prod","grants":{"db":"read"},"detail":{"allowed":true,"rule":"all","explanation":"allowed: rule all (policies/all.yaml:1) allows admin to run job noop in channel prod","rules":[{"id":"all","file":"policies/all.yaml","line":1,"effect":"allow","matched":true,"reason":"users \"*\" matches any authenticated actor"}],"unrelated_rules":0}}}`
+
+// FuzzReadRecord: reading a record gives what decoding it gives, the
+// request's decision byte for byte, its grants and explanation, and an
+// error for the same records, whichever path the record takes.
+func FuzzReadRecord(f *testing.F) {
+	for _, s := range []string{
+		storedRecord, `{"request":{}}`, `{"request":null}`, `{}`, `{"request":{"grants":{"a":"b"}},"dispatch":{}}`,
+		`{"request":{"a":1}}}`, `{"request":{"a":1},"request":{"b":2}}`, `{"request":{"grants":1}}`,
+		`{"request":{"explanation":"x\ud800"}}`, `{"request":{} }`, `{"request":{"a":"}}`, `{"request":{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, stored []byte) {
+		gotRaw, gotPart, gotErr := readRecord(stored)
+		wantRaw, wantPart, wantErr := readRecordDecoded(stored)
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("%q: error %v, decoding gives %v", stored, gotErr, wantErr)
+		}
+		if gotErr != nil {
+			return
+		}
+		if !bytes.Equal(gotRaw, wantRaw) {
+			t.Fatalf("%q: request %q, decoding gives %q", stored, gotRaw, wantRaw)
+		}
+		require.Equal(t, wantPart, gotPart, "%q", stored)
+	})
+}
+
+// BenchmarkReadRecord: reading the record a queued run's claim reads, as
+// readRecord does and by decoding it whole.
+func BenchmarkReadRecord(b *testing.B) {
+	for name, read := range map[string]func(json.RawMessage) (json.RawMessage, requestPart, error){
+		"cut": readRecord, "decoded": readRecordDecoded,
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := read(json.RawMessage(storedRecord)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
