@@ -24,7 +24,8 @@
 // Two modes replace the phases: a backlog of bulk-inserted queued runs
 // (claim latency with a small and a big queue, and EXPLAIN ANALYZE of the
 // claim statement), and N idle runners in long polls (memory, then dispatch
-// latency). The figures are rates, latency percentiles of the calls as the
+// latency). [RunRounds] repeats the phases, each round on a database of its
+// own, and reports each figure's median and range. The figures are rates, latency percentiles of the calls as the
 // client sees them, this process's CPU per run and the store's commits per
 // run. Nothing is simulated: each request is signed, authenticated,
 // nonce-checked and committed exactly as a real runner's would be. The job

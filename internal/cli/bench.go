@@ -34,6 +34,7 @@ type BenchCmd struct {
 	Raw               bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
 	RawBatch          int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`
 	GCHeapFloor       int    `name:"gc-heap-floor" default:"256" help:"MiB the process's heap may grow to before the garbage collector runs, as jobplane server's default (0: Go's default; GOGC, when set, wins)." placeholder:"MIB"`
+	Rounds            int    `default:"1" help:"Repeat the measurement this many times, each round on a database of its own (SQLite: a temporary one; PostgreSQL: a fresh schema of --db's database, dropped after its round), and print the median and range of each figure." placeholder:"N"`
 	JSON              bool   `help:"Print the result as JSON." name:"json"`
 	LogLevel          string `default:"error" enum:"debug,info,warn,error" help:"Server log level (to stderr)."`
 	// CPUProfile profiles the whole process: server, clients and runners
@@ -66,6 +67,14 @@ func (c *BenchCmd) Run(g *Globals) error {
 	defer stopGC()
 	if c.Runs < 1 || c.Workers < 1 || c.Clients < 1 {
 		return errors.New("--runs, --workers and --clients must be at least 1")
+	}
+	switch {
+	case c.Rounds < 1:
+		return errors.New("--rounds must be at least 1")
+	case c.Rounds > 1 && (c.CPUProfile != "" || c.MemProfile != ""):
+		return errors.New("--rounds: profile one round at a time (--cpuprofile and --memprofile take one run)")
+	case c.Rounds > 1 && (c.Idle > 0 || c.Backlog > 0):
+		return errors.New("--rounds repeats the usual phases; --idle and --backlog are measured once")
 	}
 	cfg := bench.Config{
 		DB: c.DB, Runs: c.Runs, Workers: c.Workers, Clients: c.Clients, Raw: c.Raw, RawBatch: c.RawBatch,
@@ -131,6 +140,9 @@ func (c *BenchCmd) Run(g *Globals) error {
 			fmt.Fprintf(g.Stderr, "\r%-13s %6d/%d", phase, done, total)
 		}
 	}
+	if c.Rounds != 1 {
+		return c.runRounds(g, cfg, tty)
+	}
 	res, err := bench.Run(g.Ctx, cfg)
 	if tty {
 		fmt.Fprint(g.Stderr, "\r\033[K")
@@ -143,6 +155,43 @@ func (c *BenchCmd) Run(g *Globals) error {
 		} else {
 			fmt.Fprint(g.Stdout, res.String())
 		}
+	}
+	if errors.Is(err, context.Canceled) && g.Ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	return err
+}
+
+// runRounds is Run with --rounds: each round's report as it ends, then
+// the summary; with --json one object with both.
+func (c *BenchCmd) runRounds(g *Globals, cfg bench.Config, tty bool) error {
+	progress := cfg.Progress
+	round := 0
+	if progress != nil {
+		cfg.Progress = func(phase string, done, total int) {
+			progress(fmt.Sprintf("%d/%d %s", round+1, c.Rounds, phase), done, total)
+		}
+	}
+	rs, err := bench.RunRounds(g.Ctx, cfg, c.Rounds, func(i int, res *bench.Result) {
+		round = i
+		if tty {
+			fmt.Fprint(g.Stderr, "\r\033[K")
+		}
+		if !c.JSON {
+			fmt.Fprintf(g.Stdout, "round %d of %d\n%s", i, c.Rounds, res.String())
+		}
+	})
+	if tty {
+		fmt.Fprint(g.Stderr, "\r\033[K")
+	}
+	if err == nil {
+		if c.JSON {
+			err = printJSON(g.Stdout, rs)
+		} else {
+			fmt.Fprint(g.Stdout, rs.Summary.String())
+		}
+	} else if c.JSON && rs != nil && len(rs.Rounds) > 0 {
+		err = errors.Join(err, printJSON(g.Stdout, rs))
 	}
 	if errors.Is(err, context.Canceled) && g.Ctx.Err() != nil {
 		return errors.New("interrupted")

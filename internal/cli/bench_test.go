@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +38,46 @@ func TestMemProfileOfAPhaseNotRun(t *testing.T) {
 	m.hook("request", true)
 	m.hook("request", false)
 	require.ErrorContains(t, m.finish(), `phase "lifecycle" did not run`)
+}
+
+// TestBenchRounds: --rounds prints each round, then the summary; --json
+// prints one object with both; flags that take one run are refused.
+func TestBenchRounds(t *testing.T) {
+	args := []string{"bench", "--rounds", "2", "--runs", "8", "--workers", "2", "--clients", "1", "--dispatch", "2"}
+	code, out, errOut := run(t, args...)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	for _, want := range []string{"round 1 of 2\n", "round 2 of 2\n", "summary of 2 rounds: median (range)", "  lifecycle      "} {
+		require.Contains(t, out, want)
+	}
+	require.Equal(t, 2, strings.Count(out, "verified: all"))
+
+	code, out, errOut = run(t, append(args, "--json")...)
+	require.Equal(t, 0, code, "stderr:\n%s", errOut)
+	var rs struct {
+		Rounds  []json.RawMessage `json:"rounds"`
+		Summary struct {
+			Rounds    int `json:"rounds"`
+			Lifecycle struct {
+				Median float64 `json:"median"`
+			} `json:"lifecycle_per_second"`
+		} `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	require.Len(t, rs.Rounds, 2)
+	require.Equal(t, 2, rs.Summary.Rounds)
+	require.Positive(t, rs.Summary.Lifecycle.Median)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rounds", "0"}, "--rounds must be at least 1"},
+		{[]string{"--rounds", "2", "--cpuprofile", filepath.Join(t.TempDir(), "c.prof")}, "profile one round at a time"},
+		{[]string{"--rounds", "2", "--idle", "5"}, "--idle and --backlog are measured once"},
+		{[]string{"--rounds", "2", "--db", "sqlite:" + filepath.Join(t.TempDir(), "b.db")}, "leave --db out"},
+	} {
+		code, _, errOut := run(t, append([]string{"bench"}, c.args...)...)
+		require.NotEqual(t, 0, code, "%v", c.args)
+		require.Contains(t, errOut, c.want, "%v", c.args)
+	}
 }
