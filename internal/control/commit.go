@@ -101,6 +101,10 @@ type committer struct {
 	// overlap: a group hands its slot on once its bodies have run, and the
 	// next group runs while it commits (see slot).
 	overlap bool
+	// handedOn, when set (by tests only), is called with a group's
+	// transaction as the group hands its slot on before its commit: the
+	// moment its bodies stop counting against the concurrency.
+	handedOn func(tx store.Tx)
 
 	mu    sync.Mutex
 	queue []*commitOp
@@ -223,9 +227,12 @@ func (s *slot) take() {
 	c.mu.Unlock()
 }
 
-// handOn gives s's slot up before the commit, where commits overlap.
-func (s *slot) handOn() {
+// handOn gives s's slot up before tx's commit, where commits overlap.
+func (s *slot) handOn(tx store.Tx) {
 	if s.c.overlap {
+		if s.c.handedOn != nil {
+			s.c.handedOn(tx)
+		}
 		s.giveUp()
 	}
 }
@@ -334,7 +341,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 				return err
 			}
 			if !bt.keysTouched {
-				s.handOn()
+				s.handOn(tx)
 			}
 			return nil
 		}))
@@ -381,7 +388,7 @@ func (c *committer) group(ops []*commitOp, s *slot) {
 			}
 		}
 		if !bt.keysTouched {
-			s.handOn()
+			s.handOn(tx)
 		}
 		return nil
 	})

@@ -537,9 +537,10 @@ type concurrentStore struct {
 }
 
 // A transaction counts as running its bodies from its start until its
-// function returned (the committer hands its slot on at the end of that
-// function): the SQLite store underneath runs one at a time, and what is
-// counted is how many the committer let in.
+// function returned, or until the committer handed its slot on (endBodies,
+// set as its handedOn), which it does at the end of that function: the
+// SQLite store underneath runs one at a time, and what is counted is how
+// many the committer let in.
 func (s *concurrentStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	s.mu.Lock()
 	s.inFlight++
@@ -565,7 +566,7 @@ func (s *concurrentStore) InTx(ctx context.Context, fn func(tx store.Tx) error) 
 	}()
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
 		defer ran()
-		return fn(tx)
+		return fn(&countedTx{Tx: tx, ran: ran})
 	})
 	s.mu.Lock()
 	s.committed++
@@ -574,6 +575,23 @@ func (s *concurrentStore) InTx(ctx context.Context, fn func(tx store.Tx) error) 
 		<-s.hold
 	}
 	return err
+}
+
+// countedTx is a transaction of concurrentStore; ran ends its count of
+// running bodies.
+type countedTx struct {
+	store.Tx
+	ran func()
+}
+
+// endBodies, as a committer's handedOn, ends a transaction's count of
+// running bodies where the committer hands its slot on: the next group
+// may start before this one's function has returned, and counted until
+// then the two would look like running their bodies at once.
+func endBodies(tx store.Tx) {
+	if ct, ok := tx.(*countedTx); ok {
+		ct.ran()
+	}
 }
 
 func (s *concurrentStore) count(n *int) int {
@@ -595,6 +613,7 @@ func TestCommitConcurrency(t *testing.T) {
 			ctx := context.Background()
 			st := &concurrentStore{Store: testdb.SQLite(t), release: make(chan struct{})}
 			cm := newCommitter(st, 0, c.set)
+			cm.handedOn = endBodies
 			const calls = 12
 			var wg sync.WaitGroup
 			errs := make([]error, calls)
@@ -638,6 +657,7 @@ func TestCommitsOverlap(t *testing.T) {
 	close(release)
 	st := &concurrentStore{Store: testdb.SQLite(t), release: release, hold: make(chan struct{})}
 	cm := newCommitter(st, 0, 1)
+	cm.handedOn = endBodies
 	call := func(ran chan struct{}) chan error {
 		answer := make(chan error, 1)
 		go func() {
