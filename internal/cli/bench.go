@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sync/atomic"
 
 	"github.com/jobplane/jobplane/internal/bench"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -166,14 +167,14 @@ func (c *BenchCmd) Run(g *Globals) error {
 // the summary; with --json one object with both.
 func (c *BenchCmd) runRounds(g *Globals, cfg bench.Config, tty bool) error {
 	progress := cfg.Progress
-	round := 0
+	var round atomic.Int64 // rounds done, read by the progress goroutines
 	if progress != nil {
 		cfg.Progress = func(phase string, done, total int) {
-			progress(fmt.Sprintf("%d/%d %s", round+1, c.Rounds, phase), done, total)
+			progress(fmt.Sprintf("%d/%d %s", round.Load()+1, c.Rounds, phase), done, total)
 		}
 	}
 	rs, err := bench.RunRounds(g.Ctx, cfg, c.Rounds, func(i int, res *bench.Result) {
-		round = i
+		round.Store(int64(i))
 		if tty {
 			fmt.Fprint(g.Stderr, "\r\033[K")
 		}

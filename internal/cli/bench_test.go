@@ -2,13 +2,17 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jobplane/jobplane/internal/bench"
 )
 
 // TestBenchMemProfile runs a small benchmark on SQLite with an allocation
@@ -80,4 +84,21 @@ func TestBenchRounds(t *testing.T) {
 		require.NotEqual(t, 0, code, "%v", c.args)
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
+}
+
+// TestBenchRoundsProgress: on a terminal each round's progress names the
+// round it is in.
+func TestBenchRoundsProgress(t *testing.T) {
+	c := &BenchCmd{Rounds: 2}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	cfg := bench.Config{Runs: 8, Workers: 2, Clients: 1, Dispatch: 2, Progress: func(phase string, done, total int) {
+		mu.Lock()
+		seen[strings.Fields(phase)[0]] = true
+		mu.Unlock()
+	}}
+	var out, errOut bytes.Buffer
+	require.NoError(t, c.runRounds(&Globals{Ctx: context.Background(), Stdout: &out, Stderr: &errOut}, cfg, false))
+	require.Equal(t, map[string]bool{"1/2": true, "2/2": true}, seen)
+	require.Contains(t, out.String(), "summary of 2 rounds")
 }
