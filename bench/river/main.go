@@ -20,6 +20,17 @@
 // inserted K per call by -insert-clients goroutines while the workers run,
 // and the inserts are timed too: the work of the lifecycle phase, which
 // times each run's request.
+//
+// -sign and -audit N measure a floor rather than River: each job's worker
+// also does two things every jobplane run must, and nothing else of what a
+// run does. -sign mints a run token with jobplane's own code (an EdDSA JWS,
+// internal/creds), as a claim does for every attempt. -audit N writes N
+// rows per job into a table shaped like jobplane's audit_events (the same
+// columns and indexes), in batches of up to 256 rows per COPY by one writer,
+// with no hash chain, no sealing and no waiting for the write: the cheapest
+// way to keep a run's three audit events. The rate River keeps while doing
+// only that bounds what any design that keeps those two guarantees can
+// reach against bare River on the same machine (docs/benchmarks.md).
 package main
 
 import (
@@ -37,7 +48,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -50,11 +64,98 @@ func (noopArgs) Kind() string { return "noop" }
 type noopWorker struct {
 	river.WorkerDefaults[noopArgs]
 	worked *atomic.Int64
+	// floor: see the package comment; nil and 0 without -sign and -audit.
+	issuer   *creds.Issuer
+	audit    chan<- auditRow
+	auditPer int
+	tokenLen atomic.Int64
 }
 
-func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+// auditRow is one row of the floor's audit table.
+type auditRow struct {
+	at      time.Time
+	action  string
+	subject string
+}
+
+var auditActions = []string{"run.requested", "run.claimed", "run.finished"}
+
+func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
+	id := strconv.FormatInt(job.ID, 10)
+	if w.issuer != nil {
+		// What a claim mints for an attempt: the identity comes from the
+		// attempt, the deadline from its lease.
+		tok, _, err := w.issuer.Mint(creds.RunIdentity{
+			RunID: "run_" + id, AttemptID: "att_" + id, Job: "noop", Channel: "main", Tenant: "default",
+			Deadline: time.Now().Add(time.Hour),
+		})
+		if err != nil {
+			return err
+		}
+		// Keep the token observable so that the signing is not dead code.
+		w.tokenLen.Add(int64(len(tok)))
+	}
+	for i := range w.auditPer {
+		w.audit <- auditRow{at: time.Now(), action: auditActions[i%len(auditActions)], subject: "run:run_" + id}
+	}
 	w.worked.Add(1)
 	return nil
+}
+
+// floorAuditTable is jobplane's audit_events (migrations 001 and 006)
+// without its append-only triggers: the same columns and indexes.
+const floorAuditTable = `
+DROP TABLE IF EXISTS floor_audit_events;
+CREATE TABLE floor_audit_events (
+    seq     BIGSERIAL PRIMARY KEY,
+    tenant  TEXT NOT NULL,
+    at      TIMESTAMPTZ NOT NULL,
+    actor   TEXT NOT NULL,
+    action  TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    details JSONB
+);
+CREATE INDEX floor_audit_events_tenant ON floor_audit_events (tenant, seq);
+CREATE INDEX floor_audit_events_subject ON floor_audit_events (tenant, subject, seq);
+CREATE INDEX floor_audit_events_actor ON floor_audit_events (tenant, actor, seq);`
+
+// writeAudit copies rows into floor_audit_events, up to 256 per COPY, until
+// rows is closed, and reports how many it wrote.
+func writeAudit(ctx context.Context, pool *pgxpool.Pool, rows <-chan auditRow) (int64, error) {
+	var written int64
+	batch := make([][]any, 0, 256)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		n, err := pool.CopyFrom(ctx, pgx.Identifier{"floor_audit_events"},
+			[]string{"tenant", "at", "actor", "action", "subject", "details"}, pgx.CopyFromRows(batch))
+		written += n
+		batch = batch[:0]
+		return err
+	}
+	details := []byte(`{"job":"noop","channel":"main"}`)
+	for r := range rows {
+		batch = append(batch, []any{"default", r.at, "runner:bench", r.action, r.subject, details})
+		// Take whatever else is already waiting, then write: a batch as
+		// large as the moment allows, without a timer.
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case r, ok := <-rows:
+				if !ok {
+					break more
+				}
+				batch = append(batch, []any{"default", r.at, "runner:bench", r.action, r.subject, details})
+			default:
+				break more
+			}
+		}
+		if err := flush(); err != nil {
+			return written, err
+		}
+	}
+	return written, flush()
 }
 
 func main() {
@@ -63,14 +164,26 @@ func main() {
 	workers := flag.Int("workers", 8, "workers of the one queue")
 	insertBatch := flag.Int("insert-batch", 0, "insert the jobs while the workers run, this many per InsertManyFast call, and time the inserts too (0: insert them all before starting, not timed)")
 	insertClients := flag.Int("insert-clients", 4, "with -insert-batch: goroutines inserting at once")
+	sign := flag.Bool("sign", false, "floor: each job also mints a jobplane run token (EdDSA JWS)")
+	auditPer := flag.Int("audit", 0, "floor: each job also writes this many rows to a table shaped like jobplane's audit_events (batched, no chain)")
 	flag.Parse()
-	if err := run(*db, *jobs, *workers, *insertBatch, *insertClients); err != nil {
+	if *auditPer < 0 {
+		fmt.Fprintln(os.Stderr, "river bench: -audit must not be negative")
+		os.Exit(2)
+	}
+	if err := run(*db, *jobs, *workers, *insertBatch, *insertClients, floor{sign: *sign, audit: *auditPer}); err != nil {
 		fmt.Fprintln(os.Stderr, "river bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
+// floor holds the -sign and -audit choices.
+type floor struct {
+	sign  bool
+	audit int
+}
+
+func run(dsn string, jobs, workers, insertBatch, insertClients int, fl floor) error {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -94,8 +207,33 @@ func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
 		return err
 	}
 	var worked atomic.Int64
+	worker := &noopWorker{worked: &worked, auditPer: fl.audit}
+	if fl.sign {
+		keys := creds.NewKeySet(creds.DefaultMaxLifetime)
+		rec, err := creds.GenerateKey(time.Now())
+		if err != nil {
+			return err
+		}
+		if err := keys.Add(rec); err != nil {
+			return err
+		}
+		worker.issuer, err = creds.NewIssuer(creds.IssuerConfig{Issuer: "http://127.0.0.1", Clock: clock.Real{}, Keys: keys})
+		if err != nil {
+			return err
+		}
+	}
+	var auditRows chan auditRow
+	auditDone := make(chan error, 1)
+	var auditWritten int64
+	if fl.audit > 0 {
+		if _, err := pool.Exec(ctx, floorAuditTable); err != nil {
+			return err
+		}
+		auditRows = make(chan auditRow, 4096)
+		worker.audit = auditRows
+	}
 	ws := river.NewWorkers()
-	river.AddWorker(ws, &noopWorker{worked: &worked})
+	river.AddWorker(ws, worker)
 	client, err := river.NewClient(driver, &river.Config{
 		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
 		Workers:       ws,
@@ -116,6 +254,13 @@ func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
 	}
 	cpu0, db0 := processCPU(), postgresCPU()
 	start := time.Now()
+	if auditRows != nil {
+		go func() {
+			n, err := writeAudit(ctx, pool, auditRows)
+			auditWritten = n
+			auditDone <- err
+		}()
+	}
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
@@ -173,6 +318,14 @@ func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if auditRows != nil {
+		// Every worker has returned, so nothing sends any more; the clock
+		// stops once the last audit row is written too.
+		close(auditRows)
+		if err := <-auditDone; err != nil {
+			return fmt.Errorf("audit rows: %w", err)
+		}
+	}
 	elapsed := time.Since(start)
 	cpu, db := processCPU()-cpu0, postgresCPU()-db0
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -188,12 +341,24 @@ func run(dsn string, jobs, workers, insertBatch, insertClients int) error {
 	if done != jobs || bad != 0 || worked.Load() != int64(jobs) {
 		return fmt.Errorf("%d of %d jobs completed, %d with other than one attempt, %d worked", done, jobs, bad, worked.Load())
 	}
+	if want := int64(jobs * fl.audit); auditWritten != want {
+		return fmt.Errorf("%d audit rows written, want %d", auditWritten, want)
+	}
+	if fl.sign && worker.tokenLen.Load() == 0 {
+		return errors.New("no run token minted")
+	}
 	log.SetFlags(0)
 	mode := "inserted before, not timed"
 	if insertBatch > 0 {
 		mode = fmt.Sprintf("inserted while working, %d per call from %d clients, timed", insertBatch, insertClients)
 	}
 	perJob := func(d time.Duration) float64 { return float64(d/time.Microsecond) / float64(jobs) }
+	if fl.sign {
+		mode += "; each mints a run token"
+	}
+	if fl.audit > 0 {
+		mode += fmt.Sprintf("; each writes %d audit rows", fl.audit)
+	}
 	log.Printf("river %s: %d no-op jobs (%s), %d workers, fetch cooldown 1ms: %.1f jobs/s (%.2fs; %.0f µs CPU/job + %.0f µs in PostgreSQL); every job completed once",
 		"v0.51.2", jobs, mode, workers, float64(jobs)/elapsed.Seconds(), elapsed.Seconds(), perJob(cpu), perJob(db))
 	return nil
