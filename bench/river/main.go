@@ -102,8 +102,9 @@ func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
 	return nil
 }
 
-// floorAuditTable is jobplane's audit_events (migrations 001 and 006)
-// without its append-only triggers: the same columns and indexes.
+// floorAuditTable is jobplane's audit_events (migrations 001, 006 and
+// 015) without its append-only triggers: the same columns, types and
+// indexes.
 const floorAuditTable = `
 DROP TABLE IF EXISTS floor_audit_events;
 CREATE TABLE floor_audit_events (
@@ -113,7 +114,7 @@ CREATE TABLE floor_audit_events (
     actor   TEXT NOT NULL,
     action  TEXT NOT NULL,
     subject TEXT NOT NULL,
-    details JSONB
+    details JSON
 );
 CREATE INDEX floor_audit_events_tenant ON floor_audit_events (tenant, seq);
 CREATE INDEX floor_audit_events_subject ON floor_audit_events (tenant, subject, seq);
