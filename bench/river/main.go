@@ -136,8 +136,11 @@ func writeAudit(ctx context.Context, pool *pgxpool.Pool, rows <-chan auditRow) (
 		return err
 	}
 	details := []byte(`{"job":"noop","channel":"main"}`)
-	for r := range rows {
+	add := func(r auditRow) {
 		batch = append(batch, []any{"default", r.at, "runner:bench", r.action, r.subject, details})
+	}
+	for r := range rows {
+		add(r)
 		// Take whatever else is already waiting, then write: a batch as
 		// large as the moment allows, without a timer.
 	more:
@@ -147,7 +150,7 @@ func writeAudit(ctx context.Context, pool *pgxpool.Pool, rows <-chan auditRow) (
 				if !ok {
 					break more
 				}
-				batch = append(batch, []any{"default", r.at, "runner:bench", r.action, r.subject, details})
+				add(r)
 			default:
 				break more
 			}
