@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/openapi"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -50,6 +51,7 @@ func New(cfg Config) *Handler {
 	m := h.mux
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	m.HandleFunc("GET /readyz", h.readyz)
+	m.HandleFunc("GET "+openapi.Path, openapi.ServeHTTP)
 	m.HandleFunc("GET /.well-known/jwks.json", h.jwks)
 	m.HandleFunc("GET /.well-known/openid-configuration", h.discovery)
 	m.HandleFunc("GET /v1/run", h.job(h.runIdentity))

@@ -36,6 +36,7 @@ import (
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/source"
@@ -98,7 +99,7 @@ func newArtifactEnv(t *testing.T, st store.Store, cfg control.ArtifactConfig) *a
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
 	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
 	e := &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,
 		admin: &apiclient.Client{BaseURL: srv.URL, Token: adminToken, HTTP: srv.Client()}}

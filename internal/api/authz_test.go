@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -210,7 +211,7 @@ func TestAuthorization(t *testing.T) {
 
 func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
 	return srv
 }

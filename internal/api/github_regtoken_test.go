@@ -19,6 +19,7 @@ import (
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -34,8 +35,8 @@ func TestInstallationRegistrationTokens(t *testing.T) {
 		fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 		svc, err := control.New(control.Config{Store: st, Clock: fc})
 		require.NoError(t, err)
-		srv := httptest.NewServer(api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc},
-			GitHub: &api.GitHubWebhook{Secrets: github.WebhookSecrets{Current: []byte(ghSecret)}, Clock: fc}}))
+		srv := httptest.NewServer(openapitest.Handler(t, api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc},
+			GitHub: &api.GitHubWebhook{Secrets: github.WebhookSecrets{Current: []byte(ghSecret)}, Clock: fc}})))
 		t.Cleanup(srv.Close)
 		key := fakegithub.Key(t, 0)
 		gh := fakegithub.New(t, fakegithub.Options{AppID: 1, PublicKey: &key.PublicKey, Clock: fc})

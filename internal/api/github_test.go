@@ -21,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -54,7 +55,7 @@ func newGHEnvMax(t *testing.T, st store.Store, maxBody int64) *ghEnv {
 		Secrets: github.WebhookSecrets{Current: []byte(ghSecret), Previous: []byte(ghOldSecret), PreviousUntil: until},
 		Clock:   fc, MaxBody: maxBody,
 	}})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
 	key := fakegithub.Key(t, 0)
 	gh := fakegithub.New(t, fakegithub.Options{AppID: 1, PublicKey: &key.PublicKey, Clock: fc})

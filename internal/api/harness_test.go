@@ -23,6 +23,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -118,7 +119,7 @@ func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv
 	require.NoError(t, err)
 	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
 	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: app, Clock: fc}, Ready: app.Ping, PublicURL: testIssuer})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
 	return &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,
 		admin: &apiclient.Client{BaseURL: srv.URL, Token: adminToken, HTTP: srv.Client()}}
