@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ type Handler struct {
 	mux   *http.ServeMux
 
 	publicURL string
+	patterns  []string
 }
 
 // New builds the handler and its routes.
@@ -48,7 +50,7 @@ func New(cfg Config) *Handler {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	m := h.mux
+	m := &routeMux{ServeMux: h.mux, patterns: &h.patterns}
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	m.HandleFunc("GET /readyz", h.readyz)
 	m.HandleFunc("GET "+openapi.Path, openapi.ServeHTTP)
@@ -95,6 +97,21 @@ func New(cfg Config) *Handler {
 	h.routesGitHub(m, cfg.GitHub)
 	return h
 }
+
+// routeMux is the router, remembering every pattern it is given so that
+// tests can hold the routes against the OpenAPI document.
+type routeMux struct {
+	*http.ServeMux
+	patterns *[]string
+}
+
+func (m *routeMux) HandleFunc(pattern string, fn func(http.ResponseWriter, *http.Request)) {
+	*m.patterns = append(*m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, fn)
+}
+
+// Routes lists the patterns ("METHOD /path") the handler serves.
+func (h *Handler) Routes() []string { return slices.Clone(h.patterns) }
 
 // SignedRoutes lists every route that requires a runner signature; tests
 // sweep it to prove none answers without one.

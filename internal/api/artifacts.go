@@ -16,7 +16,7 @@ import (
 // routesArtifacts registers the artifact and source routes that are not
 // runner-signed: the capability and ticket URLs (the secret in the path is
 // the authority) and the people-facing listing and download.
-func (h *Handler) routesArtifacts(m *http.ServeMux) {
+func (h *Handler) routesArtifacts(m *routeMux) {
 	m.HandleFunc("PUT /v1/uploads/{capability}", h.upload)
 	m.HandleFunc("GET /v1/sources/{ticket}", h.downloadSource)
 	m.HandleFunc("GET /v1/runs/{id}/artifacts", h.user(h.listArtifacts))

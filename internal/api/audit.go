@@ -10,7 +10,7 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
-func (h *Handler) routesAudit(m *http.ServeMux) {
+func (h *Handler) routesAudit(m *routeMux) {
 	m.HandleFunc("GET /v1/audit/verify", h.user(h.verifyAudit))
 }
 

@@ -29,7 +29,7 @@ type GitHubWebhookResponse struct {
 	Outcome  string `json:"outcome"`
 }
 
-func (h *Handler) routesGitHub(m *http.ServeMux, cfg *GitHubWebhook) {
+func (h *Handler) routesGitHub(m *routeMux, cfg *GitHubWebhook) {
 	// Installations come only from deliveries; without the App there are
 	// none and this answers 404.
 	m.HandleFunc("POST /v1/github/installations/{id}/registration-tokens", h.user(h.createInstallationRegToken))

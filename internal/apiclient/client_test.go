@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -21,7 +22,9 @@ func TestClientRequestsAndProblems(t *testing.T) {
 	type seen struct{ method, uri, auth, body string }
 	var mu sync.Mutex
 	var got []seen
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The answers are a broken server's on purpose; the requests must
+	// still be the document's.
+	ts := httptest.NewServer(openapitest.Requests(t, "", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		got = append(got, seen{r.Method, r.RequestURI, r.Header.Get("Authorization"), string(b)})
@@ -44,7 +47,7 @@ func TestClientRequestsAndProblems(t *testing.T) {
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}
-	}))
+	})))
 	t.Cleanup(ts.Close)
 	c := &Client{BaseURL: ts.URL, Token: "tok"}
 	ctx := context.Background()
@@ -100,7 +103,7 @@ func TestFollowLogsReconnects(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var afters []string
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(openapitest.Requests(t, "", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		require.Equal(t, "true", r.URL.Query().Get("follow"))
 		mu.Lock()
 		afters = append(afters, r.URL.Query().Get("after"))
@@ -126,7 +129,7 @@ func TestFollowLogsReconnects(t *testing.T) {
 		default:
 			line(5)
 		}
-	}))
+	})))
 	t.Cleanup(ts.Close)
 	c := &Client{BaseURL: ts.URL, Token: "tok"}
 	var ids []int64
@@ -143,6 +146,6 @@ func TestFollowLogsReconnects(t *testing.T) {
 
 	// An error from the callback ends the stream and comes back unchanged.
 	stop := errors.New("stop")
-	_, err = (&Client{BaseURL: ts.URL}).FollowLogs(context.Background(), "run_1", 4, func(protocol.RunLogLine) error { return stop })
+	_, err = (&Client{BaseURL: ts.URL, Token: "tok"}).FollowLogs(context.Background(), "run_1", 4, func(protocol.RunLogLine) error { return stop })
 	require.ErrorIs(t, err, stop)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -70,7 +71,10 @@ func (s *signingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		_, _ = io.WriteString(w, `{"run_id":"run_1","attempt_id":"att_1","attempt_number":1,"lease":{"token":"lt","ttl_seconds":30},"job":{"name":"j","command":["true"]}}`)
+		_, _ = io.WriteString(w, `{"run_id":"run_1","attempt_id":"att_1","attempt_number":1,`+
+			`"lease":{"token":"lt","expires_at":"2027-01-01T00:00:30Z","deadline":"2027-01-01T00:10:00Z","ttl_seconds":30},`+
+			`"job":{"name":"j","channel":"prod","commit":"c0ffee","command":["true"],"env":{},"timeout_seconds":600},`+
+			`"params":{},"leases":[],"artifacts":[]}`)
 	case "/jp/v1/runner/attempt/renew":
 		require.Equal(s.t, "att_1", sr.Attempt)
 		require.Equal(s.t, "lt", sr.Lease)
@@ -78,6 +82,7 @@ func (s *signingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/jp/v1/runner/attempt/logs":
 		w.WriteHeader(http.StatusNoContent)
 	case "/jp/v1/runner/attempt/relinquish":
+		_, _ = io.WriteString(w, `{"status":"relinquished"}`)
 	case "/jp/v1/runner/attempt/result":
 		_, _ = io.WriteString(w, `{"run_state":"succeeded"}`)
 	case "/jp/v1/runner/keys":
@@ -86,6 +91,7 @@ func (s *signingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		pub, err := protocol.DecodePublicKey(rk.PublicKey)
 		require.NoError(s.t, err)
 		s.pub = pub
+		_, _ = io.WriteString(w, `{"status":"rotated"}`)
 	default:
 		w.WriteHeader(http.StatusNotFound)
 	}
@@ -97,7 +103,7 @@ func TestRunnerClientSignsEveryRequest(t *testing.T) {
 	require.NoError(t, err)
 	clk := clock.NewFake(time.Unix(1798761600, 0))
 	srv := &signingServer{t: t, clk: clk, pub: pub, nonces: map[string]bool{}, bodies: map[string][]byte{}}
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(openapitest.HandlerAt(t, "/jp", srv))
 	t.Cleanup(ts.Close)
 	ctx := context.Background()
 

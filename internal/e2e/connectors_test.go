@@ -25,6 +25,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -100,7 +101,7 @@ func testConnectors(t *testing.T, b backend) {
 
 	s := startServer(t, dbDSN, e)
 	rec := &apiRecorder{next: http.DefaultTransport}
-	s.admin.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: rec}
+	s.admin.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: openapitest.Transport(t, rec)}
 
 	billingRead := "billing-read-" + randHex(12)
 	billingAdmin := "billing-admin-" + randHex(12)
@@ -597,7 +598,7 @@ func (s *server) raw(rec *apiRecorder, method, path, token, body string) (int, s
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: rec}).Do(req)
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: openapitest.Transport(s.t, rec)}).Do(req)
 	require.NoError(s.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

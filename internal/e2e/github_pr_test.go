@@ -72,7 +72,7 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 
 		addr := freeAddr(t)
 		s := &server{t: t, addr: addr, url: "http://" + addr, adminToken: "jpt_e2e_" + randHex(16)}
-		s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: &http.Client{Timeout: 10 * time.Second}}
+		s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: checkedHTTP(t, 10*time.Second)}
 		s.proc = startProc(t, "server", []string{"JOBPLANE_GITHUB_WEBHOOK_SECRET=" + secret, "JOBPLANE_ADMIN_TOKEN=" + s.adminToken},
 			"server", "--listen", addr, "--db", b.dsn(t), "--definitions", defs, "--channel", "prod=main",
 			"--data-dir", t.TempDir(), "--log-level", "debug", "--github-channel", "prod",
@@ -98,7 +98,7 @@ func TestGitHubPullRequestsEndToEnd(t *testing.T) {
 			require.NoError(t, err)
 			hr.Header.Set("Authorization", "Bearer "+s.adminToken)
 			hr.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(hr)
+			resp, err := checkedHTTP(t, 10*time.Second).Do(hr)
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			require.Equal(t, http.StatusCreated, resp.StatusCode)

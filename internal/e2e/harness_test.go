@@ -26,6 +26,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -378,7 +379,7 @@ func startServer(t *testing.T, db string, e *env) *server {
 		t: t, addr: addr, url: "http://" + addr, db: db, defs: e.defs,
 		dataDir: t.TempDir(), adminToken: "jpt_e2e_" + randHex(16),
 	}
-	s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: checkedHTTP(t, 10*time.Second)}
 	s.start()
 	return s
 }
@@ -397,7 +398,7 @@ func (s *server) start() {
 func (s *server) waitReady(within time.Duration) {
 	t := s.t
 	t.Helper()
-	hc := &http.Client{Timeout: time.Second}
+	hc := checkedHTTP(t, time.Second)
 	eventually(t, within, "server /readyz", func() (bool, string) {
 		if s.proc.exited() {
 			require.FailNowf(t, "server exited", "server exited before it was ready: %v\n%s", s.proc.err, s.proc.output())
@@ -562,8 +563,15 @@ func runnerClient(t *testing.T, s *server, stateDir string) *apiclient.RunnerCli
 	require.Len(t, seed, ed25519.SeedSize)
 	return &apiclient.RunnerClient{
 		BaseURL: s.url, RunnerID: id, Key: ed25519.NewKeyFromSeed(seed),
-		HTTP: &http.Client{Timeout: 10 * time.Second},
+		HTTP: checkedHTTP(t, 10*time.Second),
 	}
+}
+
+// checkedHTTP is the client of every request a test sends a server: each
+// request and answer is checked against the OpenAPI document.
+func checkedHTTP(t *testing.T, timeout time.Duration) *http.Client {
+	t.Helper()
+	return openapitest.Client(t, &http.Client{Timeout: timeout})
 }
 
 // ---------------------------------------------------------------------------

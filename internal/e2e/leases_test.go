@@ -6,7 +6,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,7 +132,7 @@ func replica(t *testing.T, s *server) *server {
 	t.Helper()
 	addr := freeAddr(t)
 	r := &server{t: t, addr: addr, url: "http://" + addr, db: s.db, defs: s.defs, dataDir: s.dataDir, adminToken: s.adminToken}
-	r.admin = &apiclient.Client{BaseURL: r.url, Token: r.adminToken, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	r.admin = &apiclient.Client{BaseURL: r.url, Token: r.adminToken, HTTP: checkedHTTP(t, 10*time.Second)}
 	r.start()
 	return r
 }

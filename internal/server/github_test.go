@@ -18,6 +18,7 @@ import (
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/server"
 )
 
@@ -56,7 +57,7 @@ func ping(t *testing.T, url string) int {
 	req.Header.Set("X-Hub-Signature-256", github.SignWebhook([]byte(webhookSecret), body))
 	req.Header.Set("X-GitHub-Event", "ping")
 	req.Header.Set("X-GitHub-Delivery", "0b7a2f2e-0000-4000-8000-000000000001")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := openapitest.Client(t, nil).Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	return resp.StatusCode

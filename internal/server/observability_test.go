@@ -21,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -83,7 +84,7 @@ func startObsServer(t *testing.T, db string) (*server.Server, *apiclient.Client,
 		defer cancel()
 		_ = srv.Stop(ctx)
 	})
-	return srv, &apiclient.Client{BaseURL: srv.URL(), Token: obsToken, HTTP: &http.Client{Timeout: 30 * time.Second}}, logs
+	return srv, &apiclient.Client{BaseURL: srv.URL(), Token: obsToken, HTTP: openapitest.Client(t, &http.Client{Timeout: 30 * time.Second})}, logs
 }
 
 // TestMetricsAfterARun: after a run succeeds, one is denied and one waits,
@@ -110,7 +111,7 @@ func TestMetricsAfterARun(t *testing.T) {
 			require.NoError(t, err)
 			pub, priv, err := ed25519.GenerateKey(rand.Reader)
 			require.NoError(t, err)
-			rc := &apiclient.RunnerClient{BaseURL: srv.URL(), Key: priv, HTTP: &http.Client{Timeout: 30 * time.Second}, Clock: clock.Real{}}
+			rc := &apiclient.RunnerClient{BaseURL: srv.URL(), Key: priv, HTTP: openapitest.Client(t, &http.Client{Timeout: 30 * time.Second}), Clock: clock.Real{}}
 			reg, err := rc.Register(ctx, tok.Token, protocol.RegisterRequest{Name: "r1", PublicKey: protocol.EncodeKey(pub)})
 			require.NoError(t, err)
 			rc.RunnerID = reg.RunnerID
@@ -124,7 +125,7 @@ func TestMetricsAfterARun(t *testing.T) {
 			_, err = admin.CreateRun(ctx, &protocol.RunRequest{Job: "greet", Channel: "prod"}) // left queued
 			require.NoError(t, err)
 
-			resp, err := http.Get(srv.URL() + "/metrics")
+			resp, err := openapitest.Client(t, nil).Get(srv.URL() + "/metrics")
 			require.NoError(t, err)
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()

@@ -249,7 +249,7 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(body, &req)
 		s.relinquished[sr.Attempt] = req.Reason
 		delete(s.leased, sr.Attempt)
-		reply(w, 200, struct{}{})
+		reply(w, 200, map[string]string{"status": "relinquished"})
 	case "/v1/runner/attempt/result":
 		var req protocol.ResultRequest
 		if json.Unmarshal(body, &req) != nil || (req.Outcome != "succeeded" && req.Outcome != "failed") {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -90,7 +91,7 @@ func setup(t *testing.T, clk clock.Clock) *testBundle {
 		clk = clock.Real{}
 	}
 	srv := newFakeServer(t, clk)
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(openapitest.Handler(t, srv))
 	t.Cleanup(ts.Close)
 	b := &testBundle{srv: srv, ts: ts, dir: t.TempDir(), out: t.TempDir(), clk: clk}
 	return b

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/jobplane/jobplane/internal/openapi"
 )
@@ -77,6 +79,19 @@ var Load = sync.OnceValues(func() (*Checker, error) {
 	}
 	return c, nil
 })
+
+// Operations lists the document's operations as ServeMux patterns
+// ("METHOD /path"), sorted.
+func (c *Checker) Operations() []string {
+	var out []string
+	for path, item := range c.doc.Paths.Map() {
+		for method := range item.Operations() {
+			out = append(out, method+" "+path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 func pathParams(path string) []string {
 	var out []string
@@ -149,28 +164,8 @@ func (c *Checker) Check(ctx context.Context, x *Exchange) error {
 		}
 		return c.checkUnrouted(x)
 	}
-	opts := &openapi3filter.Options{
-		IncludeResponseStatus: true,
-		AuthenticationFunc:    authenticate,
-		// Defaults are the server's business; the check must not rewrite
-		// the body it checks.
-		SkipSettingDefaults: true,
-	}
-	req := r.Clone(ctx)
-	if len(x.RequestBody) > 0 && req.Header.Get("Content-Type") == "" {
-		// The server reads a body by its operation's media type whatever
-		// Content-Type says, so a client that sends none is not refused;
-		// check the body as that media type.
-		if mt := soleMediaType(m.route.Operation); mt != "" {
-			req.Header.Set("Content-Type", mt)
-		}
-	}
-	req.Body = io.NopCloser(bytes.NewReader(x.RequestBody))
-	req.GetBody = nil
-	req.ContentLength = int64(len(x.RequestBody))
-	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: m.params, Route: m.route, Options: opts}
-	reqErr := openapi3filter.ValidateRequest(ctx, in)
-
+	in, reqErr := c.validateRequest(ctx, x, m)
+	opts := in.Options
 	ropts := *opts
 	ropts.ExcludeResponseBody = x.Truncated
 	resp := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: x.Status, Header: x.Header, Options: &ropts}
@@ -234,24 +229,36 @@ func branches(route *routers.Route, x *Exchange) string {
 // brief is a validation error without the schema and value dumps that
 // kin-openapi appends: the reason, and where in the body.
 func brief(err error) string {
-	prefix := ""
+	prefix, inner := "", err
 	var re *openapi3filter.RequestError
 	var pe *openapi3filter.ResponseError
 	switch {
 	case errors.As(err, &re) && re.Err != nil:
-		prefix = re.Reason
+		prefix, inner = re.Reason, re.Err
 		if re.Parameter != nil {
 			prefix = fmt.Sprintf("parameter %s in %s: %s", re.Parameter.Name, re.Parameter.In, re.Reason)
 		}
 	case errors.As(err, &pe) && pe.Err != nil:
-		prefix = pe.Reason
+		prefix, inner = pe.Reason, pe.Err
 	}
+	msg := firstLine(inner.Error())
 	var se *openapi3.SchemaError
-	msg := firstLine(err.Error())
-	if errors.As(err, &se) {
+	if errors.As(inner, &se) {
 		msg = fmt.Sprintf("at /%s: %s", strings.Join(se.JSONPointer(), "/"), se.Reason)
-	} else if prefix != "" {
-		msg = firstLine(errors.Unwrap(err).Error())
+	}
+	// The JSON Schema 2020-12 validator's own error lists every failing
+	// location; kin-openapi's summary of it names only the schema.
+	var ve *jsonschema.ValidationError
+	if errors.As(inner, &ve) {
+		var at []string
+		for l := range strings.Lines(ve.Error()) {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "- at ") {
+				at = append(at, strings.TrimPrefix(l, "- "))
+			}
+		}
+		if len(at) > 0 {
+			msg = strings.Join(at, "; ")
+		}
 	}
 	if prefix != "" {
 		return prefix + ": " + msg
@@ -262,6 +269,50 @@ func brief(err error) string {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
+}
+
+func (c *Checker) validateRequest(ctx context.Context, x *Exchange, m *match) (*openapi3filter.RequestValidationInput, error) {
+	r := x.Request
+	opts := &openapi3filter.Options{
+		IncludeResponseStatus: true,
+		AuthenticationFunc:    authenticate,
+		// Defaults are the server's business; the check must not rewrite
+		// the body it checks.
+		SkipSettingDefaults: true,
+	}
+	req := r.Clone(ctx)
+	if len(x.RequestBody) > 0 && req.Header.Get("Content-Type") == "" {
+		// The server reads a body by its operation's media type whatever
+		// Content-Type says, so a client that sends none is not refused;
+		// check the body as that media type.
+		if mt := soleMediaType(m.route.Operation); mt != "" {
+			req.Header.Set("Content-Type", mt)
+		}
+	}
+	req.Body = io.NopCloser(bytes.NewReader(x.RequestBody))
+	req.GetBody = nil
+	req.ContentLength = int64(len(x.RequestBody))
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: m.params, Route: m.route, Options: opts}
+	return in, openapi3filter.ValidateRequest(ctx, in)
+
+}
+
+// CheckRequest returns what in the exchange's request the document does
+// not allow, or nil; the answer is not looked at.
+func (c *Checker) CheckRequest(ctx context.Context, x *Exchange) error {
+	r := x.Request
+	m := c.route(r)
+	if m == nil {
+		if !apiPath(r.URL.Path) {
+			return nil
+		}
+		return fmt.Errorf("openapi: %s %s is in no operation of the document", r.Method, r.URL.RequestURI())
+	}
+	if _, err := c.validateRequest(ctx, x, m); err != nil {
+		return fmt.Errorf("openapi: %s %s (operation %s): the request is not one the document allows: %s\nrequest body: %s",
+			r.Method, r.URL.RequestURI(), m.route.Operation.OperationID, brief(err), clip(x.RequestBody))
+	}
+	return nil
 }
 
 // checkUnrouted checks the answer to an API path that no operation of the
@@ -331,6 +382,27 @@ func clip(b []byte) string {
 // violation fails t (t.Errorf, which is safe from the server's goroutines).
 func Handler(t testing.TB, h http.Handler) http.Handler {
 	t.Helper()
+	return HandlerAt(t, "", h)
+}
+
+// HandlerAt is Handler for an API served under a path prefix (a client
+// test's base URL with a path): the check sees each path without prefix,
+// h sees it as sent.
+func HandlerAt(t testing.TB, prefix string, h http.Handler) http.Handler {
+	t.Helper()
+	return wrap(t, prefix, false, h)
+}
+
+// Requests wraps a fake server h whose answers are deliberately not the
+// document's (a test of how a client copes with a broken server): only the
+// requests the client sends are checked.
+func Requests(t testing.TB, prefix string, h http.Handler) http.Handler {
+	t.Helper()
+	return wrap(t, prefix, true, h)
+}
+
+func wrap(t testing.TB, prefix string, requestsOnly bool, h http.Handler) http.Handler {
+	t.Helper()
 	c, err := Load()
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +414,13 @@ func Handler(t testing.TB, h http.Handler) http.Handler {
 			r.Body = in
 		}
 		req := r.Clone(r.Context())
+		if prefix != "" {
+			p, ok := strings.CutPrefix(req.URL.Path, prefix)
+			if !ok {
+				t.Errorf("openapi: %s %s is not under %s", r.Method, r.URL.Path, prefix)
+			}
+			req.URL.Path, req.URL.RawPath = p, ""
+		}
 		rw := &recorder{ResponseWriter: w, body: capture{max: maxCapture}}
 		h.ServeHTTP(rw, r)
 		if rw.status == 0 {
@@ -349,7 +428,11 @@ func Handler(t testing.TB, h http.Handler) http.Handler {
 		}
 		x := &Exchange{Request: req, RequestBody: in.buf.Bytes(), Status: rw.status, Header: rw.Header().Clone(),
 			Body: rw.body.buf.Bytes(), Truncated: rw.body.over}
-		if err := c.Check(context.WithoutCancel(r.Context()), x); err != nil {
+		check := c.Check
+		if requestsOnly {
+			check = c.CheckRequest
+		}
+		if err := check(context.WithoutCancel(r.Context()), x); err != nil {
 			t.Errorf("%v", err)
 		}
 	})
