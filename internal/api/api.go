@@ -292,14 +292,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError is the one place where errors become HTTP answers.
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	if rep, ok := w.(errorReporter); ok && internal(err) && rep.ReportError(err) {
+		log = nil // the server's edge logs it, with the request's identifiers
+	}
 	p := problemOf(log, err)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }
 
+// errorReporter is a ResponseWriter of the server's edge (internal/server)
+// that logs an internal error itself, knowing the request it answers; it
+// reports whether it took the error.
+type errorReporter interface{ ReportError(err error) bool }
+
+// internal reports whether err is answered 500 and logged.
+func internal(err error) bool {
+	var pe *protocol.Error
+	return !errors.As(err, &pe) && !errors.Is(err, context.Canceled)
+}
+
 // problemOf is the problem+json body that answers err, also where an error
 // answers one item of a batch (POST /v1/runner/results, /v1/runs/batch).
+// A nil log logs nothing.
 func problemOf(log *slog.Logger, err error) protocol.Problem {
 	var pe *protocol.Error
 	p := protocol.Problem{Type: "about:blank"}
@@ -309,9 +324,11 @@ func problemOf(log *slog.Logger, err error) protocol.Problem {
 	} else {
 		// A canceled request is a caller that hung up (or a server
 		// stopping): nobody reads the answer, and nothing went wrong.
-		if errors.Is(err, context.Canceled) {
+		switch {
+		case log == nil:
+		case errors.Is(err, context.Canceled):
 			log.Debug("api: request canceled", "err", err)
-		} else {
+		default:
 			log.Error("api: internal error", "err", err)
 		}
 		p.Status, p.Code, p.Title = http.StatusInternalServerError, protocol.CodeInternal, "Internal error"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/config"
+	"github.com/jobplane/jobplane/internal/logging"
 )
 
 // Globals are what every command receives.
@@ -197,9 +198,12 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	log, err := logging.New(w, logging.Options{Level: level})
+	if err != nil {
+		// The level flags are enums that kong checks first.
+		panic(err)
+	}
+	return log
 }
 
 func ago(t *time.Time, now time.Time) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/gcfloor"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/logging"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/worker"
@@ -33,6 +34,7 @@ type ServerCmd struct {
 	PublicURL         string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
 	SourceRepo        []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
 	LogLevel          string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat         string        `name:"log-format" default:"text" enum:"text,json" env:"JOBPLANE_LOG_FORMAT" help:"Log lines as text (key=value) or json (one object a line, for log pipelines)."`
 	GitHubAppID       int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
 	GitHubPrivateKey  string        `name:"github-private-key" help:"The GitHub App's private key (PEM file)." placeholder:"FILE"`
 	GitHubAPI         string        `name:"github-api" default:"https://api.github.com" help:"GitHub REST API URL (GitHub Enterprise Server: https://HOST/api/v3)." placeholder:"URL"`
@@ -66,7 +68,10 @@ func (c *ServerCmd) Run(g *Globals) error {
 		return err
 	}
 	defer stopGC()
-	log := newLogger(g.Stderr, c.LogLevel)
+	log, err := logging.New(g.Stderr, logging.Options{Level: c.LogLevel, Format: c.LogFormat})
+	if err != nil {
+		return err
+	}
 	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log, CommitConcurrency: c.CommitConcurrency})
 	if err != nil {
 		return err
@@ -106,6 +111,7 @@ type WorkerCmd struct {
 	Concurrency       int      `default:"1" help:"Attempts to run at once."`
 	Name              string   `help:"Runner name (default: host name)."`
 	LogLevel          string   `default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	LogFormat         string   `name:"log-format" default:"text" enum:"text,json" env:"JOBPLANE_LOG_FORMAT" help:"Log lines as text (key=value) or json (one object a line, for log pipelines). Jobs' output is not logged here: it goes to the server, line by line."`
 }
 
 // Run runs the worker until interrupted.
@@ -114,10 +120,14 @@ func (c *WorkerCmd) Run(g *Globals) error {
 	if name == "" {
 		name, _ = os.Hostname()
 	}
+	log, err := logging.New(g.Stderr, logging.Options{Level: c.LogLevel, Format: c.LogFormat})
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(worker.Config{
 		Server: strings.TrimRight(c.Server, "/"), RegistrationToken: c.RegistrationToken, Pool: c.Pool,
 		Labels: c.Labels, StateDir: c.StateDir, Concurrency: c.Concurrency, Name: name, Version: Version,
-		Logger: newLogger(g.Stderr, c.LogLevel), Clock: clock.Real{},
+		Logger: log, Clock: clock.Real{},
 	})
 	if err != nil {
 		return err

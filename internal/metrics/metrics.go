@@ -104,20 +104,37 @@ func (m *Metrics) Instrument(next http.Handler, clk clock.Clock) http.Handler {
 		d := clk.Now().Sub(start)
 		m.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
 		m.duration.WithLabelValues(route).Observe(d.Seconds())
+		if sw.err != nil {
+			// The API's internal errors are logged here, where the request
+			// is known, so that the line names its run, attempt and runner
+			// (and, traced, its trace).
+			attrs := append([]any{"route", route, "status", sw.status}, requestIDs(r)...)
+			m.log.ErrorContext(r.Context(), "api: internal error", append(attrs, "err", sw.err)...)
+		}
 		if m.log.Enabled(r.Context(), slog.LevelDebug) {
-			attrs := []any{"route", route, "status", sw.status, "duration_ms", d.Milliseconds()}
-			if id := r.PathValue("id"); id != "" && len(id) > 4 && id[:4] == "run_" {
-				attrs = append(attrs, "run_id", id)
-			}
-			if id := r.Header.Get("Jobplane-Run"); id != "" {
-				attrs = append(attrs, "run_id", id)
-			}
-			if id := r.Header.Get("Jobplane-Attempt"); id != "" {
-				attrs = append(attrs, "attempt_id", id)
-			}
+			attrs := append([]any{"route", route, "status", sw.status, "duration_ms", d.Milliseconds()}, requestIDs(r)...)
 			m.log.DebugContext(r.Context(), "api: request", attrs...)
 		}
 	})
+}
+
+// requestIDs are the run, attempt and runner a request names: a runner's
+// signed headers, or a run's ID in the path.
+func requestIDs(r *http.Request) []any {
+	var attrs []any
+	if id := r.PathValue("id"); len(id) > 4 && id[:4] == "run_" {
+		attrs = append(attrs, "run_id", id)
+	}
+	if id := r.Header.Get("Jobplane-Run"); id != "" {
+		attrs = append(attrs, "run_id", id)
+	}
+	if id := r.Header.Get("Jobplane-Attempt"); id != "" {
+		attrs = append(attrs, "attempt_id", id)
+	}
+	if id := r.Header.Get("Jobplane-Runner"); id != "" {
+		attrs = append(attrs, "runner_id", id)
+	}
+	return attrs
 }
 
 // statusWriter remembers the status; it keeps Flush, which log following
@@ -126,6 +143,18 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	err    error
+}
+
+// ReportError takes the internal error the API answers 500 for, to log it
+// with the request's identifiers; it passes it on to a writer beneath
+// that wants it too (the request's trace span).
+func (w *statusWriter) ReportError(err error) bool {
+	w.err = err
+	if r, ok := w.ResponseWriter.(interface{ ReportError(error) bool }); ok {
+		r.ReportError(err)
+	}
+	return true
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -1,6 +1,9 @@
 package metrics_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/jobplane/jobplane/internal/logging"
 	"github.com/jobplane/jobplane/internal/metrics"
 )
 
@@ -47,4 +51,39 @@ func TestInstrument(t *testing.T) {
 		require.Contains(t, text, want+"\n")
 	}
 	require.False(t, strings.Contains(text, "run_1"), "raw paths never become labels")
+}
+
+// TestInternalErrorLoggedWithIDs: an internal error the handler reports
+// through its writer is logged once, at the edge, as one JSON line naming
+// the request's route, run, attempt and runner.
+func TestInternalErrorLoggedWithIDs(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log, err := logging.New(&buf, logging.Options{Format: "json"})
+	require.NoError(t, err)
+	m := metrics.New(nil, nil, log)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runner/attempt/result", func(w http.ResponseWriter, r *http.Request) {
+		rep, ok := w.(interface{ ReportError(error) bool })
+		require.True(t, ok, "the writer takes internal errors")
+		require.True(t, rep.ReportError(errors.New("disk on fire")))
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	srv := httptest.NewServer(m.Instrument(mux, nil))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/runner/attempt/result", nil)
+	require.NoError(t, err)
+	req.Header.Set("Jobplane-Runner", "rnr_1")
+	req.Header.Set("Jobplane-Run", "run_1")
+	req.Header.Set("Jobplane-Attempt", "att_1")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &got))
+	delete(got, "time")
+	require.Equal(t, map[string]any{"level": "ERROR", "msg": "api: internal error", "route": "POST /v1/runner/attempt/result",
+		"status": float64(500), "run_id": "run_1", "attempt_id": "att_1", "runner_id": "rnr_1", "err": "disk on fire"}, got)
 }

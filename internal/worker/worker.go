@@ -74,7 +74,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	w.log.Info("worker: started", "runner_id", w.rc.RunnerID, "pool", w.cfg.Pool, "concurrency", w.cfg.Concurrency)
+	// From here on every line is about this runner, and says which.
+	w.log = w.log.With("runner_id", w.rc.RunnerID)
+	w.log.Info("worker: started", "pool", w.cfg.Pool, "concurrency", w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.heartbeatLoop(ctx) })
 	if w.cfg.Concurrency == 1 {
