@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/jobplane/jobplane/internal/logging"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
+	"github.com/jobplane/jobplane/internal/tracing"
 	"github.com/jobplane/jobplane/internal/worker"
 )
 
@@ -72,11 +74,25 @@ func (c *ServerCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log, CommitConcurrency: c.CommitConcurrency})
+	tr, err := tracing.FromEnv(g.Ctx, "jobplane-server")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr, log)
+	srv, err := server.Start(g.Ctx, cfg, server.Options{Logger: log, CommitConcurrency: c.CommitConcurrency, Tracing: tr})
 	if err != nil {
 		return err
 	}
 	return serveUntilDone(g.Ctx, srv)
+}
+
+// shutdownTracing exports the spans still buffered, within a few seconds.
+func shutdownTracing(tr *tracing.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans not exported at shutdown", "err", err)
+	}
 }
 
 // startHeapFloor starts gcfloor for a server process, mib MiB; a flag's
@@ -124,10 +140,15 @@ func (c *WorkerCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
+	tr, err := tracing.FromEnv(g.Ctx, "jobplane-worker")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr, log)
 	w, err := worker.New(worker.Config{
 		Server: strings.TrimRight(c.Server, "/"), RegistrationToken: c.RegistrationToken, Pool: c.Pool,
 		Labels: c.Labels, StateDir: c.StateDir, Concurrency: c.Concurrency, Name: name, Version: Version,
-		Logger: log, Clock: clock.Real{},
+		Logger: log, Clock: clock.Real{}, Tracing: tr,
 	})
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
+	"github.com/jobplane/jobplane/internal/tracing"
 	"github.com/jobplane/jobplane/internal/web"
 )
 
@@ -56,6 +57,8 @@ type Options struct {
 	CommitBatch int
 	// CommitConcurrency is control.Config.CommitConcurrency.
 	CommitConcurrency int
+	// Tracing makes spans of requests and store transactions; nil is off.
+	Tracing *tracing.Tracing
 }
 
 // OpenStore opens the store a --db value names and applies its migrations.
@@ -98,6 +101,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	st = opts.Tracing.Store(st, dbSystem(cfg.DB))
 	defs, err := OpenDefinitionsWith(cfg.Definitions, gitsync.Options{Channels: cfg.Channels, Protected: cfg.Protected, MirrorDir: cfg.MirrorDir()})
 	if err != nil {
 		st.Close()
@@ -166,7 +170,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	})
 	s := &Server{
 		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln, metrics: mets,
-		http: &http.Server{Handler: withMetrics(web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})), mets, opts.Clock),
+		http: &http.Server{Handler: opts.Tracing.Handler(withMetrics(web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})), mets, opts.Clock)),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
 	}
@@ -206,6 +210,14 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	go func() { s.serveErr <- s.http.Serve(ln) }()
 	s.log.Info("server: listening", "addr", ln.Addr().String(), "db", driverOf(cfg.DB), "channels", cfg.Channels)
 	return s, nil
+}
+
+// dbSystem names the backend as tracing's db.system.name does.
+func dbSystem(dsn string) string {
+	if d := driverOf(dsn); d != "sqlite" {
+		return "postgresql"
+	}
+	return "sqlite"
 }
 
 func driverOf(dsn string) string {

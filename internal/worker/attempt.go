@@ -17,6 +17,7 @@ import (
 	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/tracing"
 )
 
 // Why a job was stopped; recorded as a system log line and, where a result
@@ -38,8 +39,10 @@ type attempt struct {
 	ttl      time.Duration
 	deadline time.Time // local job deadline; zero when none
 	resultID string    // one request_id for every try of the result
-	logs     *shipper
-	finished chan struct{}
+	// traceparent puts the job in its run's trace (TRACEPARENT).
+	traceparent string
+	logs        *shipper
+	finished    chan struct{}
 
 	mu         sync.Mutex
 	trust      time.Time    // stop acting at this instant unless renewed
@@ -51,6 +54,22 @@ type attempt struct {
 	// masker hides the credentials the job holds; atomic because lines are
 	// emitted with and without mu held.
 	masker atomic.Pointer[creds.Masker]
+}
+
+// withTraceparent sets the job's TRACEPARENT (W3C trace context), in place
+// of any the job's definition set: the job's spans belong in its run's
+// trace.
+func withTraceparent(env []string, tp string) []string {
+	out := env[:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TRACEPARENT=") {
+			out = append(out, kv)
+		}
+	}
+	if tp != "" {
+		out = append(out, "TRACEPARENT="+tp)
+	}
+	return out
 }
 
 // leaseGone reports whether an answer means this runner no longer holds the
@@ -90,7 +109,9 @@ func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claim
 
 	// The attempt's own requests (final logs, result, relinquish) must
 	// outlive a shutdown; they are bounded by the trust window instead.
-	actx := context.WithoutCancel(ctx)
+	// They run in the run's trace, which the job joins through TRACEPARENT.
+	actx, endSpan := w.tracing.StartAttempt(context.WithoutCancel(ctx), asg.RunID, asg.AttemptID, asg.Job.Name)
+	a.traceparent = tracing.Traceparent(actx)
 	a.logs = newShipper(w.clk.Now, w.flushEvery, func(req protocol.LogsRequest) bool {
 		return a.call(actx, "send logs", func(c context.Context) error { return w.rc.Logs(c, a.ref, req) })
 	})
@@ -109,6 +130,7 @@ func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claim
 
 	outcome, code, summary := a.execute()
 	a.finish(actx, outcome, code, summary, a.logs.closeKeepingLast())
+	endSpan(outcome)
 	close(a.finished)
 	keepers.Wait()
 }
@@ -436,6 +458,7 @@ func (a *attempt) prepare(host executor.Layout) ([]string, error) {
 		return nil, err
 	}
 	env = append(env, sourceEnv(a.asg)...)
+	env = withTraceparent(env, a.traceparent)
 	mask := []string{}
 	if a.asg.RunToken != nil {
 		mask = append(mask, a.asg.RunToken.Token)

@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/executor/process"
+	"github.com/jobplane/jobplane/internal/tracing"
 )
 
 // Config configures a Worker.
@@ -47,6 +48,9 @@ type Config struct {
 	HTTP *http.Client
 	// Executor runs the jobs. Default: a process executor.
 	Executor executor.Executor
+	// Tracing makes a span of each attempt and sends the attempt's trace
+	// with its requests; nil is off (the job still gets TRACEPARENT).
+	Tracing *tracing.Tracing
 }
 
 // ConfigError names the bad field of a Config.

@@ -53,6 +53,8 @@ type fakeServer struct {
 	// noBatchRoute answers POST /v1/runner/results 404, as a server that
 	// predates it would.
 	noBatchRoute bool
+	// traceparents lists the trace contexts requests carried.
+	traceparents []string
 	badRequests  []string
 	changed      chan struct{}
 }
@@ -102,6 +104,9 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.notify()
+	if tp := r.Header.Get("Traceparent"); tp != "" {
+		s.traceparents = append(s.traceparents, tp)
+	}
 	if r.Method != http.MethodPost {
 		problem(w, 405, protocol.CodeBadRequest)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -13,14 +14,16 @@ import (
 	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/tracing"
 )
 
 // Worker is the runner agent. Make one with New and start it with Run.
 type Worker struct {
-	cfg Config
-	log *slog.Logger
-	clk clock.Clock
-	rc  *apiclient.RunnerClient
+	cfg     Config
+	log     *slog.Logger
+	tracing *tracing.Tracing
+	clk     clock.Clock
+	rc      *apiclient.RunnerClient
 	// exec starts and stops the jobs.
 	exec executor.Executor
 	// results coalesces the results of attempts that end together.
@@ -45,10 +48,22 @@ func New(cfg Config) (*Worker, error) {
 	}
 	cfg.setDefaults()
 	cfg.Labels = append([]string{}, cfg.Labels...)
-	rc := &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: cfg.HTTP, Clock: cfg.Clock}
+	hc := cfg.HTTP
+	if cfg.Tracing.Enabled() {
+		// The attempt's requests carry its trace, so that the server's
+		// spans of them join the run's trace.
+		c := http.Client{Timeout: apiclient.DefaultTimeout}
+		if hc != nil {
+			c = *hc
+		}
+		c.Transport = tracing.Transport(c.Transport)
+		hc = &c
+	}
+	rc := &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: hc, Clock: cfg.Clock}
 	return &Worker{
 		cfg:            cfg,
 		log:            cfg.Logger,
+		tracing:        cfg.Tracing,
 		clk:            cfg.Clock,
 		rc:             rc,
 		exec:           cfg.Executor,
