@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -350,4 +351,24 @@ func TestWrittenYAMLSurvivesHostileStrings(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// TestGitLabExpansionBudget: templates referred to many times at every
+// level would expand exponentially; the import stops at a budget, says so,
+// and goes on.
+func TestGitLabExpansionBudget(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(".t0: {script: [echo]}\n")
+	for i := 1; i <= 11; i++ {
+		fmt.Fprintf(&b, ".t%d:\n  extends: [.t%d, .t%d, .t%d, .t%d]\n  script:\n", i, i-1, i-1, i-1, i-1)
+		for k := 0; k < 6; k++ {
+			fmt.Fprintf(&b, "    - !reference [.t%d, script]\n", i-1)
+		}
+	}
+	b.WriteString("job:\n  extends: .t11\n")
+	inv := GitLab([]Source{{FS: fstest.MapFS{".gitlab-ci.yml": {Data: []byte(b.String())}}, Files: []string{".gitlab-ci.yml"}}})
+	require.NotEmpty(t, inv.Errors)
+	require.Contains(t, inv.Errors[len(inv.Errors)-1].Message+inv.Errors[0].Message, "job too large")
+	require.Len(t, inv.Jobs, 1)
 }

@@ -62,6 +62,11 @@ type glImport struct {
 	// descriptions), by name.
 	vars    map[string]glVar
 	varList []string
+	// work is what is left of the current job's budget of extends and
+	// !reference expansions: both can refer to the same template many
+	// times at every level, which grows exponentially with the depth.
+	work      int
+	exhausted bool
 	// decoders are every file's, whose errors are collected at the end:
 	// jobs are read after all the files, and report into them.
 	decoders []*yamlpos.Decoder
@@ -367,8 +372,28 @@ func (g *glImport) jobs(mainFile string) {
 // merged is a job's keys after extends.
 type merged map[string]glVal
 
+// maxJobWork bounds the extends and !reference expansions of one job.
+const maxJobWork = 10_000
+
+// spend charges one expansion to the job's budget and reports the first
+// overrun.
+func (g *glImport) spend(d *yamlpos.Decoder, n ast.Node, field string) bool {
+	g.work--
+	if g.work >= 0 {
+		return true
+	}
+	if !g.exhausted {
+		g.exhausted = true
+		d.Add(n, field, "job too large: more than %d expansions of extends and !reference", maxJobWork)
+	}
+	return false
+}
+
 func (g *glImport) extend(name string, v glVal, depth int, seen map[string]bool) merged {
 	out := merged{}
+	if !g.spend(v.d, v.key, name) {
+		return out
+	}
 	if depth > maxExtendsDepth || seen[name] {
 		v.d.Add(v.key, name+".extends", "extends is circular or deeper than %d levels", maxExtendsDepth)
 		return out
@@ -429,6 +454,7 @@ func mergeVars(a, b glVal) glVal {
 }
 
 func (g *glImport) job(mainFile, name string, v glVal) {
+	g.work, g.exhausted = maxJobWork, false
 	m := g.extend(name, v, 0, map[string]bool{})
 	j := &Job{
 		Key:      mainFile + "#" + name,
@@ -681,6 +707,9 @@ type glLine struct {
 // script reads a script: a string, or a list of strings and nested lists
 // (which !reference makes).
 func (g *glImport) script(x glVal, field string, depth int) []glLine {
+	if !g.spend(x.d, x.node, field) {
+		return nil
+	}
 	if depth > maxExtendsDepth {
 		x.d.Add(x.node, field, "!reference nested deeper than %d levels", maxExtendsDepth)
 		return nil
@@ -1015,40 +1044,34 @@ func (g *glImport) leaseKey(j *Job) string {
 	for _, in := range inputs(j) {
 		params[in.Name] = true
 	}
-	ok := true
-	key := glVarRefRe.ReplaceAllStringFunc(c.Group, func(ref string) string {
-		name := glVarRefRe.FindStringSubmatch(ref)[1]
-		switch {
-		case name == "CI_ENVIRONMENT_NAME" || name == "CI_COMMIT_REF_NAME" || name == "CI_COMMIT_BRANCH" || name == "CI_COMMIT_REF_SLUG":
-			return "{channel}"
-		case name == "CI_JOB_NAME":
-			return "{job}"
-		case params[name]:
-			return "{params." + name + "}"
-		case j.Env[name] != "" && !strings.Contains(j.Env[name], "$"):
-			return leaseLiteral(j.Env[name])
-		}
-		ok = false
-		return ""
-	})
-	if !ok {
-		j.Notes = append(j.Notes, Error{File: j.File, Line: c.Line, Column: c.Column,
-			Message: fmt.Sprintf("resource_group %q reads a variable with no lease placeholder; no lease is written, add one by hand", c.Group)})
-		return ""
-	}
-	// Keep the placeholders, clean the text between them.
+	// Literal text is cleaned, each variable becomes a placeholder; braces
+	// written in the group are text, never placeholders.
 	var b strings.Builder
 	last := 0
-	for _, loc := range leasePlaceholder.FindAllStringIndex(key, -1) {
-		b.WriteString(leaseLiteral(key[last:loc[0]]))
-		b.WriteString(key[loc[0]:loc[1]])
+	for _, loc := range glVarRefRe.FindAllStringSubmatchIndex(c.Group, -1) {
+		b.WriteString(leaseLiteral(c.Group[last:loc[0]]))
 		last = loc[1]
+		name := c.Group[loc[2]:loc[3]]
+		switch {
+		case name == "CI_ENVIRONMENT_NAME" || name == "CI_COMMIT_REF_NAME" || name == "CI_COMMIT_BRANCH" || name == "CI_COMMIT_REF_SLUG":
+			b.WriteString("{channel}")
+		case name == "CI_JOB_NAME":
+			b.WriteString("{job}")
+		case params[name]:
+			b.WriteString("{params." + name + "}")
+		case j.Env[name] != "" && !strings.Contains(j.Env[name], "$"):
+			b.WriteString(leaseLiteral(j.Env[name]))
+		default:
+			j.Notes = append(j.Notes, Error{File: j.File, Line: c.Line, Column: c.Column,
+				Message: fmt.Sprintf("resource_group %q reads $%s, which has no lease placeholder; no lease is written, add one by hand", c.Group, name)})
+			return ""
+		}
 	}
-	b.WriteString(leaseLiteral(key[last:]))
+	b.WriteString(leaseLiteral(c.Group[last:]))
 	return strings.Trim(b.String(), "-")
 }
 
-var leasePlaceholder = regexp.MustCompile(`\{[^{}]*\}`)
+var glDurationRe = regexp.MustCompile(`(\d+(?:\.\d+)?)\s*(h|hr|hrs|hours?|m|min|mins|minutes?|s|sec|secs|seconds?|d|days?)\b`)
 
 // glDuration reads GitLab's human durations: "1h 30m", "90 minutes",
 // "2 hours", "3600" (seconds).
@@ -1057,8 +1080,7 @@ func glDuration(s string) (float64, bool) {
 	if n, err := strconv.Atoi(s); err == nil {
 		return math.Ceil(float64(n) / 60), n > 0
 	}
-	re := regexp.MustCompile(`(\d+(?:\.\d+)?)\s*(h|hr|hrs|hours?|m|min|mins|minutes?|s|sec|secs|seconds?|d|days?)\b`)
-	ms := re.FindAllStringSubmatch(s, -1)
+	ms := glDurationRe.FindAllStringSubmatch(s, -1)
 	if len(ms) == 0 {
 		return 0, false
 	}

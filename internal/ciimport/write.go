@@ -244,7 +244,7 @@ func (p *Plan) job(m *Move, ov *Overrides) {
 	var y yamlText
 	y.comment("Imported by `jobplane import` from %s, job %s (line %d).", j.File, j.ID, j.Line)
 	y.comment("Review every line marked REVIEW or TODO(import) before merging.")
-	y.line(0, "name: %s", m.Name)
+	y.line(0, "name: %s", yamlKey(m.Name))
 	y.line(0, "description: %s", quoteYAML(describe(j)))
 	y.line(0, "owners: [%s]", GroupOperators)
 	y.line(0, "runbook: runbooks/%s.md", m.Name)
@@ -290,7 +290,7 @@ func (p *Plan) job(m *Move, ov *Overrides) {
 		y.line(1, "env:")
 		for _, e := range env {
 			if e.todo != "" {
-				y.line(2, "%s: %s   # TODO(import): %s", yamlKey(e.name), quoteYAML(e.value), e.todo)
+				y.line(2, "%s: %s   # TODO(import): %s", yamlKey(e.name), quoteYAML(e.value), oneLine(e.todo))
 			} else {
 				y.line(2, "%s: %s", yamlKey(e.name), quoteYAML(e.value))
 			}
@@ -307,7 +307,7 @@ func (p *Plan) job(m *Move, ov *Overrides) {
 		y.line(0, "runs_on: {pool: default, labels: [%s]}", strings.Join(quoteAll(labels), ", "))
 	}
 	if usesCheckout(j) {
-		y.line(0, "source: {repo: %s}   # REVIEW: start the server with --source-repo %s=URL", ov.sourceRepo(), ov.sourceRepo())
+		y.line(0, "source: {repo: %s}   # REVIEW: start the server with --source-repo %s=URL", yamlKey(ov.sourceRepo()), ov.sourceRepo())
 		m.Moved = append(m.Moved, fmt.Sprintf("the checkout becomes source: {repo: %s}", ov.sourceRepo()))
 	}
 
@@ -343,14 +343,14 @@ func (p *Plan) job(m *Move, ov *Overrides) {
 		y.comment("REVIEW: each connector releases the CI secret it replaces; narrow it to what the job needs.")
 		y.line(0, "connectors:")
 		for _, c := range m.Connectors {
-			y.line(1, "%s: write", c)
+			y.line(1, "%s: write", yamlKey(c))
 		}
 		m.Moved = append(m.Moved, fmt.Sprintf("secrets become connectors %s", strings.Join(m.Connectors, ", ")))
 	}
 
 	// Schedule.
 	if scheduled != nil {
-		y.line(0, "schedule: {cron: %s, tz: %s, channel: %s}", quoteYAML(scheduled.Cron), quoteYAML(cmp.Or(scheduled.Timezone, "UTC")), m.Channels[0].Name)
+		y.line(0, "schedule: {cron: %s, tz: %s, channel: %s}", quoteYAML(scheduled.Cron), quoteYAML(cmp.Or(scheduled.Timezone, "UTC")), yamlKey(m.Channels[0].Name))
 		m.Moved = append(m.Moved, fmt.Sprintf("schedule %s (%s) in channel %s", scheduled.Cron, cmp.Or(scheduled.Timezone, "UTC"), m.Channels[0].Name))
 	}
 	m.Left = append(m.Left, scheduleLeft(j, scheduled)...)
@@ -535,6 +535,7 @@ func runnerLabels(j *Job) ([]string, []string) {
 	for _, l := range j.RunsOn {
 		low := strings.ToLower(l)
 		switch {
+		case strings.TrimSpace(l) == "":
 		case strings.Contains(l, "${{") || strings.HasPrefix(l, "group:"):
 			left = append(left, fmt.Sprintf("runs-on %s is not a label; choose the runner labels by hand", l))
 		case strings.HasPrefix(low, "ubuntu-"):
@@ -655,8 +656,9 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-// yamlKey writes a mapping key plainly when YAML reads it back as the same
-// string, and quoted otherwise.
+// yamlKey writes a string (a key or a name) plainly when YAML reads it back
+// as the same string, and quoted otherwise: a job named 2024 or a channel
+// named on must stay strings.
 func yamlKey(s string) string {
 	if plainKeyRe.MatchString(s) && !yamlWords[strings.ToLower(s)] {
 		return s
@@ -740,7 +742,7 @@ func (p *Plan) policy(m *Move, scheduled bool, params []Param) {
 	grants := ""
 	var grantList []string
 	for _, c := range m.Connectors {
-		grantList = append(grantList, c+": write")
+		grantList = append(grantList, yamlKey(c)+": write")
 	}
 	if len(grantList) > 0 {
 		grants = "{" + strings.Join(grantList, ", ") + "}"
@@ -755,13 +757,13 @@ func (p *Plan) policy(m *Move, scheduled bool, params []Param) {
 			expect = "approval"
 		}
 		if j.requested() {
-			rules.line(1, "- id: %s", ruleID(m.Name, ch.Name))
-			rules.line(2, "jobs: [%s]", m.Name)
-			rules.line(2, "channels: [%s]", ch.Name)
+			rules.line(1, "- id: %s", yamlKey(ruleID(m.Name, ch.Name)))
+			rules.line(2, "jobs: [%s]", yamlKey(m.Name))
+			rules.line(2, "channels: [%s]", yamlKey(ch.Name))
 			rules.line(2, "groups: [%s]", GroupOperators)
 			if approval != "" {
 				if ch.Environment != "" {
-					rules.line(2, "# REVIEW: environment %s is assumed protected; its reviewers are the approvers.", ch.Environment)
+					rules.line(2, "# REVIEW: environment %s is assumed protected; its reviewers are the approvers.", oneLine(ch.Environment))
 				}
 				rules.line(2, "approval: %s", approval)
 			}
@@ -769,21 +771,21 @@ func (p *Plan) policy(m *Move, scheduled bool, params []Param) {
 				rules.line(2, "grants: %s", grants)
 			}
 			tests.line(1, "- name: %s", quoteYAML(fmt.Sprintf("operators request %s in %s", m.Name, ch.Name)))
-			tests.line(2, "request: {actor: %s, job: %s, channel: %s%s}", operator, m.Name, ch.Name, example)
+			tests.line(2, "request: {actor: %s, job: %s, channel: %s%s}", yamlKey(operator), yamlKey(m.Name), yamlKey(ch.Name), example)
 			tests.line(2, "expect: %s", expect)
 			if grants != "" {
 				tests.line(2, "grants: %s", grants)
 			}
 			tests.line(1, "- name: %s", quoteYAML(fmt.Sprintf("nobody else requests %s in %s", m.Name, ch.Name)))
-			tests.line(2, "request: {actor: not-an-operator, job: %s, channel: %s%s}", m.Name, ch.Name, example)
+			tests.line(2, "request: {actor: not-an-operator, job: %s, channel: %s%s}", yamlKey(m.Name), yamlKey(ch.Name), example)
 			tests.line(2, "expect: deny")
 		}
 	}
 	if scheduled {
 		ch := m.Channels[0]
-		rules.line(1, "- id: %s", ruleID(m.Name, "schedule"))
-		rules.line(2, "jobs: [%s]", m.Name)
-		rules.line(2, "channels: [%s]", ch.Name)
+		rules.line(1, "- id: %s", yamlKey(ruleID(m.Name, "schedule")))
+		rules.line(2, "jobs: [%s]", yamlKey(m.Name))
+		rules.line(2, "channels: [%s]", yamlKey(ch.Name))
 		rules.line(2, "users: [scheduler]")
 		expect := "allow"
 		if ch.Approval > 0 {
@@ -795,7 +797,7 @@ func (p *Plan) policy(m *Move, scheduled bool, params []Param) {
 			rules.line(2, "grants: %s", grants)
 		}
 		tests.line(1, "- name: %s", quoteYAML(fmt.Sprintf("the scheduler requests %s in %s", m.Name, ch.Name)))
-		tests.line(2, "request: {actor: scheduler, job: %s, channel: %s}", m.Name, ch.Name)
+		tests.line(2, "request: {actor: scheduler, job: %s, channel: %s}", yamlKey(m.Name), yamlKey(ch.Name))
 		tests.line(2, "expect: %s", expect)
 		if grants != "" {
 			tests.line(2, "grants: %s", grants)
@@ -803,7 +805,7 @@ func (p *Plan) policy(m *Move, scheduled bool, params []Param) {
 	}
 	if !j.requested() {
 		tests.line(1, "- name: %s", quoteYAML(fmt.Sprintf("%s is not requested by hand", m.Name)))
-		tests.line(2, "request: {actor: %s, job: %s, channel: %s%s}", operator, m.Name, m.Channels[0].Name, example)
+		tests.line(2, "request: {actor: %s, job: %s, channel: %s%s}", yamlKey(operator), yamlKey(m.Name), yamlKey(m.Channels[0].Name), example)
 		tests.line(2, "expect: deny")
 	}
 	p.Files["policies/"+m.Name+".yaml"] = rules.bytes()
@@ -893,12 +895,12 @@ func connectorFile(name, secret string, chans []string) []byte {
 	y.comment("Stands in for the CI secret %s. Set each channel's value with", secret)
 	y.comment("`jobplane secrets set NAME`, then delete the CI secret.")
 	y.comment("REVIEW: give read a credential that can only read, if the system has one.")
-	y.line(0, "name: %s", name)
+	y.line(0, "name: %s", yamlKey(name))
 	y.line(0, "type: static")
 	y.line(0, "bindings:")
 	for _, ch := range chans {
 		sec := secretName(name, ch)
-		y.line(1, "%s: {read: {%s: %s}, write: {%s: %s}}", ch, connectorKey, sec, connectorKey, sec)
+		y.line(1, "%s: {read: {%s: %s}, write: {%s: %s}}", yamlKey(ch), connectorKey, yamlKey(sec), connectorKey, yamlKey(sec))
 	}
 	return y.bytes()
 }
