@@ -372,3 +372,19 @@ func TestGitLabExpansionBudget(t *testing.T) {
 	require.Contains(t, inv.Errors[len(inv.Errors)-1].Message+inv.Errors[0].Message, "job too large")
 	require.Len(t, inv.Jobs, 1)
 }
+
+// TestOversizedFileRefused: a file over MaxFileSize is reported, not
+// parsed, and the other files are still read.
+func TestOversizedFileRefused(t *testing.T) {
+	t.Parallel()
+	big := "on: push\njobs: {a: {runs-on: x, steps: [{run: echo}]}}\n#" + strings.Repeat("x", MaxFileSize)
+	fsys := fstest.MapFS{
+		"big.yml": {Data: []byte(big)},
+		"ok.yml":  {Data: []byte("on: workflow_dispatch\njobs: {fix: {runs-on: x, steps: [{run: ./fix}]}}\n")},
+	}
+	inv := GitHub([]Source{{FS: fsys, Files: []string{"big.yml", "ok.yml"}}})
+	require.Len(t, inv.Errors, 1)
+	require.Equal(t, "big.yml:1:1: cannot read: larger than 1048576 bytes", inv.Errors[0].Error())
+	require.Len(t, inv.Jobs, 1)
+	require.Equal(t, "ok.yml#fix", inv.Jobs[0].Key)
+}
