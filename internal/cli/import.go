@@ -167,10 +167,25 @@ func indent(s string) string {
 	return strings.Join(lines, "")
 }
 
+// errNotGenerated refuses to replace a file the import did not write.
+var errNotGenerated = errors.New("will not replace files that jobplane import did not write")
+
 // writeTree writes the planned files under dir, replacing each one
 // atomically, and returns the definition files already there that the plan
 // does not hold (left alone: they may be the team's own).
 func writeTree(dir string, files map[string][]byte) ([]string, error) {
+	// A file in the way that the import did not write is the team's own
+	// (their groups.yaml, say): refuse before writing anything.
+	var theirs []string
+	for _, p := range slices.Sorted(mapKeys(files)) {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		if err == nil && !ciimport.Generated(b) {
+			theirs = append(theirs, filepath.Join(dir, filepath.FromSlash(p)))
+		}
+	}
+	if len(theirs) > 0 {
+		return nil, fmt.Errorf("%w: %s (write into an empty directory, or move them away)", errNotGenerated, strings.Join(theirs, ", "))
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("write %s: %w", dir, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,7 +37,7 @@ func TestImportWritesWhatValidateAccepts(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "definitions")
 		code, out, errOut := run(t, "import", tc.kind, tc.path, "--write", dir)
 		require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, errOut)
-		require.True(t, strings.HasPrefix(out, "# Migration report\n"), out)
+		require.Contains(t, out, "\n# Migration report\n")
 		require.Contains(t, errOut, "jobplane validate "+dir+": ok:")
 		first := readTree(t, dir)
 		require.Contains(t, first, "MIGRATION.md")
@@ -68,6 +67,24 @@ func TestImportKeepsOtherFiles(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "jobs", "old-job.yaml"))
 	require.NoError(t, err)
 	require.Equal(t, own, string(b))
+}
+
+// TestImportRefusesToReplaceOwnFiles: a file of a planned path that the
+// import did not write (a team's own groups.yaml) stops the write before
+// anything is written.
+func TestImportRefusesToReplaceOwnFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	own := "groups:\n  platform: {members: [dave]}\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "groups.yaml"), []byte(own), 0o644))
+	code, _, errOut := run(t, "import", "github-actions", "../ciimport/testdata/github", "--write", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "will not replace files that jobplane import did not write: "+filepath.Join(dir, "groups.yaml"))
+	b, err := os.ReadFile(filepath.Join(dir, "groups.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, own, string(b))
+	_, err = os.Stat(filepath.Join(dir, "jobs"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing was written")
 }
 
 // TestImportReportsErrorsWithPartialInventory: problems of the input are
