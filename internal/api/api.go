@@ -201,9 +201,9 @@ func looksLikeJWS(tok string) bool { return strings.Count(tok, ".") == 2 }
 // deferredNonce lists the hot signed routes that record their nonce in the
 // first transaction they commit (authn.VerifyRunnerDeferred) rather than in
 // one of its own: a run's claim, renewals, log chunks and result. Every
-// write these routes make before that goes through the group committer or
-// Service.inTx, which record it; an answer they write without one records
-// it first (nonceGate).
+// write these routes make before that goes through store.Store.InTxNonce
+// with the call's nonce, which records it; an answer they write without
+// one records it first (watchCrossTenant).
 var deferredNonce = map[string]bool{
 	"/v1/runner/claim":          true,
 	"/v1/runner/attempt/renew":  true,
@@ -223,7 +223,7 @@ func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.Sign
 			writeError(w, h.log, err)
 			return
 		}
-		ctx := authn.WithPendingNonce(store.WithTenant(r.Context(), call.Runner.Tenant), call.Nonce)
+		ctx := store.WithTenant(r.Context(), call.Runner.Tenant)
 		h.watchCrossTenant(w, r.WithContext(ctx), call, fn) // MT2 audit: api/crosstenant.go
 	}
 }

@@ -198,7 +198,7 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 			}
 			for i, a := range ends {
 				a.LeaseExpiresAt = &now
-				if err := s.endAttempt(ctx, tx, nil, runs[i], a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
+				if err := s.endAttempt(ctx, tx, writeNow{tx}, runs[i], a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
 					return err
 				}
 			}

@@ -100,7 +100,6 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return nil, false, err
 	}
-	keysTouched(tx, len(keys))
 	held, blockedOn, err := tx.LeaseAcquire(ctx, &store.LeaseAcquireParams{Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Keys: keys, Now: s.clock.NowOrNil()})
 	if err != nil {
 		return nil, false, err
@@ -151,7 +150,6 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return err
 	}
-	keysTouched(tx, len(keys))
 	released, err := tx.LeaseReleaseAttempt(ctx, r.Tenant, a.ID)
 	if err != nil {
 		return err

@@ -73,7 +73,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 			prepared[i] = p
 		}
 	}
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTx(ctx, func(tx store.Tx) error {
 		// The items' reject and once keys, all of them in order first
 		// (keyorder.go); each item's check then finds them locked.
 		var keys [][]store.LeaseKey
@@ -85,7 +85,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		if err := s.lockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
 			return err
 		}
-		w := &runWrites{}
+		w := newRunWrites(tx)
 		for i, p := range prepared {
 			if p == nil {
 				continue
@@ -101,7 +101,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 				return err
 			}
 		}
-		return w.flush(ctx, tx)
+		return w.flush(ctx)
 	})
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, err

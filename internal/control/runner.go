@@ -167,7 +167,8 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
-	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos})
+	scope := (&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
+		SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos}).Scope()
 	w := s.lines.join(scope)
 	defer s.lines.leave(scope, w)
 	for {
@@ -256,7 +257,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 	}
 	var claimed []claimedAttempt
 	revoked := false
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		claimed, revoked = claimed[:0], false
 		if n > 1 {
 			// One statement claims them all; each is then handed out or
@@ -265,7 +266,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			for i := range slots {
 				slots[i] = store.ClaimSlot{LeaseDigest: protocol.SHA256Hex([]byte(tokens[i])), ClaimRequestID: slotRequestID(requestID, i)}
 			}
-			cs, err := attemptClaims(ctx, tx, s.claimParams(call, "", ""), slots)
+			cs, err := tx.AttemptClaimRuns(ctx, s.claimParams(call, "", ""), slots)
 			if err != nil {
 				return err
 			}
@@ -278,7 +279,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 				return err
 			}
-			w, cats := &runWrites{}, catalogMemo{}
+			w, cats := newRunWrites(tx), catalogMemo{}
 			for _, c := range cs {
 				got, err := s.handOut(ctx, tx, w, cats, call, c.Attempt, c.Run, tokens[c.Slot], github)
 				if errors.Is(err, errRevoked) {
@@ -290,7 +291,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 				}
 				claimed = append(claimed, *got)
 			}
-			if err := w.flush(ctx, tx); err != nil {
+			if err := w.flush(ctx); err != nil {
 				return err
 			}
 			if len(claimed) == 0 {
@@ -370,21 +371,21 @@ func (s *Service) claimParams(call *authn.SignedCall, digest, requestID string) 
 
 // claimIn claims one attempt in tx: nil when none is eligible.
 func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
-	a, r, err := attemptClaim(ctx, tx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
+	a, r, err := tx.AttemptClaimRun(ctx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.handOut(ctx, tx, nil, nil, call, a, r, token, github)
+	return s.handOut(ctx, tx, writeNow{tx}, nil, call, a, r, token, github)
 }
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
 // runner: errRevoked when it does not (denied at dispatch, or blocked on a
-// lease key), its new state then being part of tx. With w, the update of a
-// run handed out is held back for w's flush.
-func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
+// lease key), its new state then being part of tx. The update of a run
+// handed out goes through w.
+func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
@@ -410,7 +411,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats c
 		r.State = store.RunRunning
 		r.UpdatedAt = *a.ClaimedAt
 	}
-	if err := w.runUpdate(ctx, tx, r); err != nil {
+	if err := w.runUpdate(ctx, r); err != nil {
 		return nil, err
 	}
 	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
@@ -429,7 +430,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats c
 // when the first slot's request ID is unknown nothing was claimed.
 func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
 	var asgs []*protocol.Assignment
-	err := inTx(ctx, s.store, func(tx store.Tx) error {
+	err := s.store.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		asgs = nil
 		for i := range n {
 			asg, err := s.reclaimIn(ctx, tx, call, slotRequestID(requestID, i))
@@ -601,7 +602,7 @@ func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.Signe
 // Renew extends the attempt's lease by its TTL, never past its deadline.
 func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
 	var resp *protocol.RenewResponse
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, r, _, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -631,7 +632,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 	if err != nil {
 		return err
 	}
-	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
+	return mapStoreErr(s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttemptRun(ctx, tx, call, false)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -639,7 +640,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return appendChunk(ctx, tx, nil, a, req.Seq, lines, now)
+		return appendChunk(ctx, tx, writeNow{tx}, a, req.Seq, lines, now)
 	}))
 }
 
@@ -665,15 +666,15 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 	return lines, nil
 }
 
-// appendChunk stores a checked chunk of a live attempt's output (with w,
-// at w's flush); a repeated seq is ignored.
-func appendChunk(ctx context.Context, tx store.Tx, w *runWrites, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
+// appendChunk stores a checked chunk of a live attempt's output through
+// w; a repeated seq is ignored.
+func appendChunk(ctx context.Context, tx store.Tx, w runWriter, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
 	for i := range lines {
 		if lines[i].At.IsZero() {
 			lines[i].At = now
 		}
 	}
-	if err := w.logAppend(ctx, tx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
+	if err := w.logAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
 		return err
 	}
 	// Log followers wait on the wake-up channel; a chunk makes no work
@@ -695,7 +696,7 @@ func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return s.endAttempt(ctx, tx, nil, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
+		return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
 	}))
 }
 
@@ -719,7 +720,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		return nil, err
 	}
 	var resp *protocol.ResultResponse
-	err = s.commits.do(ctx, func(tx store.Tx) error {
+	err = s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, r, now, ack, err := s.resultCheck(ctx, tx, call, in, nil)
 		if err != nil {
 			return err
@@ -728,7 +729,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 			resp = ack
 			return nil
 		}
-		if resp, err = s.resultWrite(ctx, tx, nil, call, in, a, r, now); err != nil {
+		if resp, err = s.resultWrite(ctx, tx, writeNow{tx}, call, in, a, r, now); err != nil {
 			return err
 		}
 		return failpoint.Inject("result.beforeCommit")
@@ -767,7 +768,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		r   *store.Run
 		now time.Time
 	}
-	err = s.commits.do(ctx, func(tx store.Tx) error {
+	err = s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		// Every item is checked (its rows locked) before any is written,
 		// so that the lease keys of all of them can be locked in order
 		// first (keyorder.go). The items are distinct attempts, and a run
@@ -814,7 +815,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			return err
 		}
 		written := map[string]string{} // run ID → its state after an item's write
-		w := &runWrites{}
+		w := newRunWrites(tx)
 		for i, c := range checks {
 			if c == nil {
 				if st, ok := written[calls[i].Run]; ok && out[i].Err == nil {
@@ -829,7 +830,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			out[i].RunState = resp.RunState
 			written[c.r.ID] = resp.RunState
 		}
-		return w.flush(ctx, tx)
+		return w.flush(ctx)
 	})
 	if err != nil {
 		return nil, mapStoreErr(err)
@@ -945,7 +946,7 @@ func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.Sign
 
 // resultWrite records a checked result: its log chunk, then the attempt's
 // end.
-func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
+func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w runWriter, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
 	if in.req.Logs != nil {
 		// Before the attempt ends: a log follower that sees the run
 		// finished has seen its last lines.
@@ -961,9 +962,9 @@ func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, ca
 
 // endAttempt ends a live attempt and moves its run on: to its end, or to a
 // new attempt when the retry policy allows (or the attempt was given back).
-// Both rows must be locked by the caller. With w, the update of a run that
-// ends is held back for w's flush; a next attempt is written at once.
-func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
+// Both rows must be locked by the caller. The update of a run that ends
+// goes through w; a next attempt is written to tx at once.
+func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
 	a.State = state
 	a.EndedAt = &now
 	if result != nil {
@@ -1037,7 +1038,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 		if err := tx.WakeWatchers(ctx); err != nil {
 			return err
 		}
-		if err := w.attemptRunUpdate(ctx, tx, a, r); err != nil {
+		if err := w.attemptRunUpdate(ctx, a, r); err != nil {
 			return err
 		}
 	}
@@ -1106,7 +1107,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 				return err
 			}
 			done = true
-			return s.endAttempt(ctx, tx, nil, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
+			return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
 		})
 		if err != nil {
 			return n, mapStoreErr(err)

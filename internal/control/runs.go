@@ -65,7 +65,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if v != nil || err != nil {
 		return v, false, err
 	}
-	err = s.commits.do(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, nil, p) })
+	err = s.grouped.InTx(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, writeNow{tx}, p) })
 	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
 		// A concurrent request with the same key won the insert.
 		v, err := s.byIdempotencyKey(ctx, actor, req)
@@ -241,10 +241,10 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 // writeRun records a prepared run in tx: its row, its first attempt when
 // queued, its audit event. A refusal (a held reject key, a consumed once
 // key) comes from reads before any write, so a batch can refuse one run
-// and go on with the others in the same transaction. With w, the insert of
-// a queued run without lease keys or a Check Run is held back for w's
-// flush.
-func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *preparedRun) error {
+// and go on with the others in the same transaction. The insert of a
+// queued run without lease keys or a Check Run goes through w; the others
+// are written to tx at once (later reads in tx need them).
+func (s *Service) writeRun(ctx context.Context, tx store.Tx, w runWriter, p *preparedRun) error {
 	run, decision := p.run, p.decision
 	p.att = nil
 	// A zero time lets the insert read the database clock, which a
@@ -272,9 +272,7 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *pr
 		if len(p.keys) == 0 && p.github == nil {
 			// Nothing later in the transaction reads the run: no key
 			// check looks for it, no Check Run row refers to it.
-			create = func(ctx context.Context, r *store.Run, a *store.Attempt) error {
-				return w.runCreateQueued(ctx, tx, r, a)
-			}
+			create = w.runCreateQueued
 		}
 		if err := create(ctx, run, att); err != nil {
 			return err

@@ -1,6 +1,9 @@
 package protocol
 
-import "net/http"
+import (
+	"errors"
+	"net/http"
+)
 
 // Error is a refusal with its HTTP status and stable code. The services return
 // these sentinels (wrapped with detail); the API maps them to problem+json in
@@ -56,3 +59,10 @@ var (
 	ErrSelfApproval             = newErr(http.StatusForbidden, CodeSelfApproval, "Self-approval")
 	ErrNotAnApprover            = newErr(http.StatusForbidden, CodeNotAnApprover, "Not an approver")
 )
+
+// IsRefusal reports whether err refuses a request (a 4xx problem) rather
+// than reporting a failure to serve it.
+func IsRefusal(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Status < 500
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -326,6 +329,18 @@ type AttemptClaimParams struct {
 	LeaseDigest    string
 	ClaimRequestID string
 	Now            *time.Time
+}
+
+// Scope names the queue a claim with p sees: runners of one scope could
+// take the same attempts. Self-hosted runners and allow-lists see less of
+// it (GitHub safe mode, docs/github.md): they are scopes of their own.
+func (p *AttemptClaimParams) Scope() string {
+	labels := slices.Clone(p.RunnerLabels)
+	slices.Sort(labels)
+	repos := slices.Clone(p.AllowedRepos)
+	slices.Sort(repos)
+	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00") + "\x01" + strconv.FormatBool(p.SelfHosted) +
+		"\x01" + strings.Join(repos, "\x00")
 }
 
 // ClaimSlot is one attempt's share of a claim of several.
@@ -673,6 +688,14 @@ type Store interface {
 	// the store retries it on serialization failures and deadlocks, so fn must
 	// have no side effects outside tx. A broken COMMIT is ErrCommitUnknown.
 	InTx(ctx context.Context, fn func(tx Tx) error) error
+	// InTxNonce is InTx for a signed request whose nonce n is still
+	// pending: the transaction records n before fn runs, and a known nonce
+	// is ErrReplay (fn does not run). Once it returns nil, n is recorded.
+	// A nil or recorded n makes it InTx.
+	InTxNonce(ctx context.Context, n *PendingNonce, fn func(tx Tx) error) error
+	// SingleWriter reports whether write transactions run one at a time
+	// (SQLite): none then waits for another's row locks.
+	SingleWriter() bool
 	// Wake returns a channel that is closed the next time work may be available
 	// (see WakeClaimers). Take a new one after each wake.
 	Wake() <-chan struct{}
@@ -777,26 +800,4 @@ type ScheduleQueries interface {
 	ScheduleInsert(ctx context.Context, s *Schedule) error
 	// ScheduleList lists a tenant's schedules by channel and job.
 	ScheduleList(ctx context.Context, tenant string) ([]*Schedule, error)
-}
-
-// Nonce is a signed request's nonce, for NonceInsertMany.
-type Nonce struct {
-	RunnerID  string
-	Nonce     string
-	ExpiresAt time.Time
-}
-
-// NonceNew maps the rows a batch insert returned as new (keys runner+"\x00"+
-// nonce) to one flag per requested nonce: the first occurrence of a key that
-// was inserted is new, every other occurrence is not.
-func NonceNew(nonces []Nonce, inserted map[string]bool) []bool {
-	out := make([]bool, len(nonces))
-	for i, n := range nonces {
-		k := n.RunnerID + "\x00" + n.Nonce
-		if inserted[k] {
-			out[i] = true
-			delete(inserted, k)
-		}
-	}
-	return out
 }
