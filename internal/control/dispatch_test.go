@@ -105,4 +105,3 @@ func TestLongPollBurst(t *testing.T) {
 		require.Equal(t, 0, e.a.ClaimsWaiting())
 	})
 }
-

@@ -417,4 +417,3 @@ func (c *committer) count(bodies int) {
 	c.stats.Bodies += int64(bodies)
 	c.mu.Unlock()
 }
-
