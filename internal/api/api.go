@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -249,7 +250,7 @@ func decode(body []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("invalid JSON body: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("invalid JSON body: %w", err))
 	}
 	if dec.More() {
 		return fmt.Errorf("invalid JSON body: trailing data: %w", protocol.ErrBadRequest)
@@ -282,52 +283,17 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 // problemOf is the problem+json body that answers err, also where an error
 // answers one item of a batch (POST /v1/runner/results, /v1/runs/batch).
 func problemOf(log *slog.Logger, err error) protocol.Problem {
-	var pe *protocol.Error
-	p := protocol.Problem{Type: "about:blank"}
-	if errors.As(err, &pe) {
-		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
-		p.Detail = detail(err, pe)
-	} else {
+	p, failed := problem.Of(err)
+	switch {
+	case !failed:
+	case errors.Is(err, context.Canceled):
 		// A canceled request is a caller that hung up (or a server
 		// stopping): nobody reads the answer, and nothing went wrong.
-		if errors.Is(err, context.Canceled) {
-			log.Debug("api: request canceled", "err", err)
-		} else {
-			log.Error("api: internal error", "err", err)
-		}
-		p.Status, p.Code, p.Title = http.StatusInternalServerError, protocol.CodeInternal, "Internal error"
-	}
-	var fe *control.FieldError
-	if errors.As(err, &fe) {
-		p.Field = fe.Field
-	}
-	var re *control.RunRefError
-	if errors.As(err, &re) {
-		p.RunID = re.RunID
-	}
-	var de *control.DeniedError
-	if errors.As(err, &de) {
-		p.RunID = de.RunID
-		p.Decision = de.Decision
-	}
-	var se *authn.SkewError
-	if errors.As(err, &se) {
-		p.ServerTime = se.ServerTime.Unix()
+		log.Debug("api: request canceled", "err", err)
+	default:
+		log.Error("api: internal error", "err", err)
 	}
 	return p
-}
-
-// detail strips the trailing ": code" the sentinel wrapping leaves, and any
-// wrapped driver error text after it, so that internals do not leak.
-func detail(err error, pe *protocol.Error) string {
-	s := err.Error()
-	if i := strings.Index(s, ": "+pe.Code); i >= 0 {
-		return s[:i]
-	}
-	if s == pe.Code {
-		return ""
-	}
-	return s
 }
 
 func queryInt(r *http.Request, key string) (int64, error) {

@@ -55,7 +55,7 @@ func (h *Handler) verifyAudit(w http.ResponseWriter, r *http.Request, actor cont
 	if s := r.URL.Query().Get("checkpoint"); s != "" {
 		c, err := audit.ParseCheckpoint(s)
 		if err != nil {
-			writeError(w, h.log, fmt.Errorf("query %s: %w", err.Error(), protocol.ErrBadRequest))
+			writeError(w, h.log, protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("query %w", err)))
 			return
 		}
 		cp = &c

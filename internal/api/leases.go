@@ -70,7 +70,7 @@ func (h *Handler) verifyLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Key == "" || req.FencingToken <= 0 {
-		writeError(w, h.log, &control.FieldError{Field: "key", Err: protocol.ErrBadRequest})
+		writeError(w, h.log, &protocol.FieldError{Field: "key", Err: protocol.ErrBadRequest})
 		return
 	}
 	current, runID, err := h.svc.VerifyLease(r.Context(), tenant, req.Key, req.FencingToken)

@@ -35,7 +35,7 @@ func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
 	if len(token) < 16 {
 		return errors.New("JOBPLANE_ADMIN_TOKEN must be at least 16 characters")
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		t, err := tx.TenantEnsure(ctx, DefaultTenant, s.clock.NowOrNil())
 		if err != nil {
 			return err
@@ -76,11 +76,11 @@ func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req 
 		req.Pool = "default"
 	}
 	if !nameRE.MatchString(req.Pool) {
-		return nil, &FieldError{Field: "pool", Err: fmt.Errorf("pool must match %s: %w", nameRE, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "pool", Err: fmt.Errorf("pool must match %s: %w", nameRE, protocol.ErrBadRequest)}
 	}
 	for _, l := range req.Labels {
 		if !labelRE.MatchString(l) {
-			return nil, &FieldError{Field: "labels", Err: fmt.Errorf("label %q must match %s: %w", l, labelRE, protocol.ErrBadRequest)}
+			return nil, &protocol.FieldError{Field: "labels", Err: fmt.Errorf("label %q must match %s: %w", l, labelRE, protocol.ErrBadRequest)}
 		}
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
@@ -88,7 +88,7 @@ func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req 
 	case req.TTLSeconds == 0:
 		ttl = time.Hour
 	case req.TTLSeconds < 0 || ttl > 30*24*time.Hour:
-		return nil, &FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 1..2592000: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 1..2592000: %w", protocol.ErrBadRequest)}
 	}
 	secret := "jpr_" + id.Secret(24)
 	var resp *protocol.TokenResponse
@@ -107,7 +107,7 @@ func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req 
 		resp = &protocol.TokenResponse{Token: secret, ExpiresAt: ptr(exp.UTC())}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "registration_token.created", req.Pool, map[string]any{"pool": req.Pool, "labels": req.Labels, "self_hosted": req.SelfHosted, "expires_at": exp.UTC()})
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // RunnerView is a runner with its leased attempts.
@@ -123,13 +123,13 @@ func (s *Service) ListRunners(ctx context.Context, actor Actor) ([]RunnerView, e
 	}
 	rs, err := s.store.RunnerList(ctx, actor.TenantID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	out := make([]RunnerView, 0, len(rs))
 	for _, r := range rs {
 		atts, err := s.store.AttemptListLeasedByRunner(ctx, r.ID)
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		ids := []string{}
 		for _, a := range atts {
@@ -210,7 +210,7 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 		return s.audit(ctx, tx, rn.Tenant, actor.Name, action, rn.ID, nil)
 	})
 	s.runnerLists.invalidate()
-	return out, mapStoreErr(err)
+	return out, store.Refusal(err)
 }
 
 // CreatePrincipal adds a user or service principal to the admin's tenant.
@@ -220,17 +220,17 @@ func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protoco
 		return nil, err
 	}
 	if !nameRE.MatchString(req.Name) {
-		return nil, &FieldError{Field: "name", Err: fmt.Errorf("name must match %s: %w", nameRE, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "name", Err: fmt.Errorf("name must match %s: %w", nameRE, protocol.ErrBadRequest)}
 	}
 	switch req.Kind {
 	case "":
 		req.Kind = "user"
 	case "user", "service":
 	default:
-		return nil, &FieldError{Field: "kind", Err: fmt.Errorf("kind must be user or service: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "kind", Err: fmt.Errorf("kind must be user or service: %w", protocol.ErrBadRequest)}
 	}
 	if req.Name == "scheduler" || req.Name == "github" || req.Name == "system" {
-		return nil, &FieldError{Field: "name", Err: fmt.Errorf("%q is a built-in service principal: %w", req.Name, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "name", Err: fmt.Errorf("%q is a built-in service principal: %w", req.Name, protocol.ErrBadRequest)}
 	}
 	var p *store.Principal
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
@@ -247,7 +247,7 @@ func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protoco
 		}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "principal.created", p.Name, map[string]any{"kind": p.Kind})
 	})
-	return p, mapStoreErr(err)
+	return p, store.Refusal(err)
 }
 
 // CreateToken issues an API token for a principal; the secret is shown once.
@@ -256,7 +256,7 @@ func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string
 		return nil, err
 	}
 	if ttlSeconds < 0 || ttlSeconds > 366*24*3600 {
-		return nil, &FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 0 (no expiry) .. 31622400: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 0 (no expiry) .. 31622400: %w", protocol.ErrBadRequest)}
 	}
 	secret := "jpt_" + id.Secret(24)
 	var resp *protocol.TokenResponse
@@ -285,7 +285,7 @@ func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string
 		}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "token.created", p.Name, map[string]any{"token_id": t.ID, "expires_at": resp.ExpiresAt})
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // RevokeToken revokes an API token.
@@ -293,7 +293,7 @@ func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) 
 	if err := requireAdmin(actor); err != nil {
 		return err
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.APITokenRevoke(ctx, actor.TenantID, tokenID, s.clock.NowOrNil()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("token %s: %w", tokenID, protocol.ErrNotFound)
@@ -313,5 +313,5 @@ func (s *Service) ListAudit(ctx context.Context, actor Actor, after int64, limit
 		limit = 100
 	}
 	ev, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, Limit: limit})
-	return ev, mapStoreErr(err)
+	return ev, store.Refusal(err)
 }

@@ -137,7 +137,7 @@ func (s *Service) RequestUpload(ctx context.Context, call *authn.SignedCall, req
 		}
 		key, err := artifact.Key(r.Tenant, r.ID, a.ID, req.Name)
 		if err != nil {
-			return fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidName)
+			return protocol.Refused(protocol.ErrInvalidName, err)
 		}
 		expires := now.Add(s.art.uploadTTL())
 		if a.Deadline != nil && a.Deadline.Before(expires) {
@@ -161,7 +161,7 @@ func (s *Service) RequestUpload(ctx context.Context, call *authn.SignedCall, req
 			map[string]any{"attempt": a.ID, "artifact": art.ID, "name": art.Name, "max_bytes": out.MaxBytes, "expires_at": expires.UTC()})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return out, nil
 }
@@ -185,7 +185,7 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 		return err
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	ctx = store.WithTenant(ctx, art.Tenant)
 	limit := art.MaxBytes
@@ -209,7 +209,7 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	case errors.Is(err, artifact.ErrTooLarge):
 		return nil, refuse(fmt.Errorf("artifact %s may have at most %d bytes: %w", art.Name, limit, protocol.ErrTooLarge))
 	case err != nil:
-		return nil, refuse(fmt.Errorf("upload of %s interrupted: %s: %w", art.Name, err.Error(), protocol.ErrBadRequest))
+		return nil, refuse(protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("upload of %s interrupted: %w", art.Name, err)))
 	}
 	defer staged.Discard()
 	if art.ExpectedSize > 0 && staged.Size() != art.ExpectedSize {
@@ -248,9 +248,9 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 		// tells which happened.
 		if !errors.Is(err, store.ErrCommitUnknown) {
 			_ = s.art.Storage.Delete(context.WithoutCancel(ctx), art.StorageKey)
-			return nil, refuse(mapStoreErr(err))
+			return nil, refuse(store.Refusal(err))
 		}
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return &protocol.UploadResponse{ArtifactID: art.ID, Size: art.Size, SHA256: art.SHA256}, nil
 }
@@ -307,7 +307,7 @@ func (s *Service) RunArtifacts(ctx context.Context, actor Actor, runID string) (
 	}
 	arts, err := s.store.ArtifactListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	number := map[string]int{}
 	for _, a := range v.Attempts {
@@ -345,7 +345,7 @@ func (s *Service) OpenArtifact(ctx context.Context, actor Actor, runID, name str
 	}
 	stored, err := s.store.ArtifactGetByID(ctx, found.ID)
 	if err != nil {
-		return nil, nil, mapStoreErr(err)
+		return nil, nil, store.Refusal(err)
 	}
 	rc, err := s.art.Storage.Open(ctx, stored.StorageKey)
 	if errors.Is(err, artifact.ErrNotFound) {

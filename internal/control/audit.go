@@ -98,7 +98,7 @@ func (s *Service) QueryAudit(ctx context.Context, actor Actor, q AuditQuery) ([]
 	}
 	ev, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: q.After, RunID: q.RunID,
 		Actor: q.Actor, Since: q.Since, Limit: q.Limit})
-	return ev, mapStoreErr(err)
+	return ev, store.Refusal(err)
 }
 
 // VerifyAudit recomputes the whole hash chain (admin). The chain spans every
@@ -108,7 +108,7 @@ func (s *Service) VerifyAudit(ctx context.Context, actor Actor, cp *audit.Checkp
 		return nil, err
 	}
 	rep, err := audit.Verify(ctx, s.store, cp)
-	return rep, mapStoreErr(err)
+	return rep, store.Refusal(err)
 }
 
 // TimelineEntry is one state change of a run, from its audit trail.
@@ -136,7 +136,7 @@ func (s *Service) timeline(ctx context.Context, r *store.Run) ([]TimelineEntry, 
 	for after := int64(0); ; {
 		evs, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: r.Tenant, RunID: r.ID, After: after, Limit: 1000})
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		for _, e := range evs {
 			var d struct {

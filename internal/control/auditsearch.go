@@ -39,7 +39,7 @@ func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (
 		page, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, RunID: f.RunID,
 			Actor: f.Actor, Since: f.Since, Limit: 1000})
 		if err != nil {
-			return nil, 0, mapStoreErr(err)
+			return nil, 0, store.Refusal(err)
 		}
 		for _, ev := range page {
 			after = ev.Seq

@@ -178,11 +178,11 @@ func (s *Service) LoadCatalogs(ctx context.Context) error {
 	}
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	rows, err := s.store.CatalogList(ctx, &store.CatalogListParams{Tenant: t.ID, Status: store.CatalogActive})
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	for _, c := range rows {
 		if err := cs.Seed(c.Channel, c.Branch, c.Commit); err != nil {
@@ -205,7 +205,7 @@ func (s *Service) RefreshCatalogs(ctx context.Context) error {
 	syncErr := cs.Sync(ctx)
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	var errs []error
 	for _, o := range cs.Observe(ctx) {
@@ -328,12 +328,12 @@ func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, err
 			if c, err := s.store.CatalogGet(ctx, actor.TenantID, o.Channel, o.Branch, o.Active.Commit); err == nil {
 				v.ActivatedAt = ptr(c.LoadedAt.UTC())
 			} else if !errors.Is(err, store.ErrNotFound) {
-				return nil, mapStoreErr(err)
+				return nil, store.Refusal(err)
 			}
 		}
 		rows, err := s.store.CatalogList(ctx, &store.CatalogListParams{Tenant: actor.TenantID, Channel: o.Channel, Status: store.CatalogRejected})
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		seen := map[string]bool{}
 		for _, c := range rows {
@@ -444,7 +444,7 @@ func (s *Service) installationOf(ctx context.Context, actor Actor) (*store.GitHu
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
-	return in, mapStoreErr(err)
+	return in, store.Refusal(err)
 }
 
 // tenantCatalogs is the catalogs view of an installation's tenant: the one

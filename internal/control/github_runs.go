@@ -115,7 +115,7 @@ func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
 	case err != nil:
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err := installationStatusErr(in); err != nil {
 		return nil, err
@@ -246,7 +246,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 	}
 	ev, err := github.ParsePullRequestEvent(d.Body)
 	if err != nil {
-		return "", fmt.Errorf("%s delivery %s: %s: %w", d.Event, d.ID, err.Error(), protocol.ErrWebhookDeliveryInvalid)
+		return "", protocol.Refused(protocol.ErrWebhookDeliveryInvalid, fmt.Errorf("%s delivery %s: %w", d.Event, d.ID, err))
 	}
 	if !isPullRequestAction(ev.Action) {
 		return GitHubIgnored, nil
@@ -254,7 +254,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 	if _, err := s.store.GitHubDeliveryGet(ctx, d.ID); err == nil {
 		return GitHubDuplicate, nil
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	in, err := s.bindInstallation(ctx, ev)
 	if err != nil {
@@ -314,7 +314,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 		return s.audit(ctx, tx, in.Tenant, GitHubActor, action, githubSubject(in.ID), details)
 	})
 	if err != nil {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	s.log.InfoContext(ctx, "control: pull request processed", "delivery", d.ID, "installation", in.ID, "repo", ev.Repository.FullName,
 		"pr", ev.Number, "runs", len(runs))
@@ -392,7 +392,7 @@ func (s *Service) githubCatalogWithin(ctx context.Context, in *store.GitHubInsta
 func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEvent) (*store.GitHubInstallation, error) {
 	in, err := s.store.GitHubInstallationGet(ctx, ev.Installation.ID)
 	if err == nil || !errors.Is(err, store.ErrNotFound) {
-		return in, mapStoreErr(err)
+		return in, store.Refusal(err)
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		in, err = tx.GitHubInstallationGet(ctx, ev.Installation.ID)
@@ -412,7 +412,7 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 		return s.audit(ctx, tx, in.Tenant, GitHubActor, "github.installation.bound", githubSubject(in.ID),
 			map[string]any{"account": owner, "reason": "first seen in a pull_request delivery"})
 	})
-	return in, mapStoreErr(err)
+	return in, store.Refusal(err)
 }
 
 // CreateInstallationRegistrationToken makes a runner registration token
@@ -444,7 +444,7 @@ func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int6
 	}
 	t, err := s.store.TenantGetByID(ctx, actor.TenantID)
 	if err != nil {
-		return nil, Actor{}, mapStoreErr(err)
+		return nil, Actor{}, store.Refusal(err)
 	}
 	if t.Name != DefaultTenant {
 		return nil, Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
@@ -455,7 +455,7 @@ func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int6
 		return nil, Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return nil, Actor{}, mapStoreErr(err)
+		return nil, Actor{}, store.Refusal(err)
 	}
 	ctx = store.WithTenant(ctx, in.Tenant)
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {

@@ -141,7 +141,7 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 						reqs[i] = protocol.RunRequest{Job: names[rng.IntN(len(names))], Channel: "prod"}
 					}
 					if len(reqs) == 1 {
-						if _, _, err := svc.RequestRun(e.ctx(), e.actor, &reqs[0]); err != nil && !isRefusal(err) {
+						if _, _, err := svc.RequestRun(e.ctx(), e.actor, &reqs[0]); err != nil && !protocol.IsRefusal(err) {
 							return fmt.Errorf("request: %w", err)
 						}
 					} else if _, err := svc.RequestRuns(e.ctx(), e.actor, reqs); err != nil {

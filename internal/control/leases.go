@@ -12,18 +12,6 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 )
 
-// RunRefError is a refusal that points at another run (409 lease_held,
-// 409 already_done).
-type RunRefError struct {
-	RunID string
-	Err   error
-}
-
-func (e *RunRefError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the refusal.
-func (e *RunRefError) Unwrap() error { return e.Err }
-
 func keyNames(keys []store.LeaseKey) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
@@ -75,7 +63,7 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 				return err
 			}
 			if err == nil && st.ConsumedByRun != "" {
-				return &RunRefError{RunID: st.ConsumedByRun, Err: fmt.Errorf("lease key %s was consumed by run %s, which succeeded: %w", k.Key, st.ConsumedByRun, protocol.ErrAlreadyDone)}
+				return &protocol.RunRefError{RunID: st.ConsumedByRun, Err: fmt.Errorf("lease key %s was consumed by run %s, which succeeded: %w", k.Key, st.ConsumedByRun, protocol.ErrAlreadyDone)}
 			}
 		}
 		if k.OnConflict == "reject" {
@@ -84,7 +72,7 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 				return err
 			}
 			if err == nil {
-				return &RunRefError{RunID: other, Err: fmt.Errorf("lease key %s is held or waited for by run %s: %w", k.Key, other, protocol.ErrLeaseHeld)}
+				return &protocol.RunRefError{RunID: other, Err: fmt.Errorf("lease key %s is held or waited for by run %s: %w", k.Key, other, protocol.ErrLeaseHeld)}
 			}
 		}
 	}
@@ -196,7 +184,7 @@ func (s *Service) WakeStrandedWaiters(ctx context.Context) (int, error) {
 			return tx.WakeClaimers(ctx)
 		})
 		if err != nil {
-			return total, mapStoreErr(err)
+			return total, store.Refusal(err)
 		}
 		total += n
 		if n < s.batch {
@@ -222,7 +210,7 @@ func holderView(h store.LeaseHold) protocol.LeaseHolder {
 func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]protocol.LeaseHolder, error) {
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, prefix)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	out := make([]protocol.LeaseHolder, 0, len(holds))
 	for _, h := range holds {
@@ -236,14 +224,14 @@ func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*prot
 	v := &protocol.LeaseView{Key: key, Holders: []protocol.LeaseHolder{}, Waiting: []protocol.LeaseWaiter{}}
 	st, err := s.store.LeaseKeyGet(ctx, actor.TenantID, key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err == nil {
 		v.LastFencingToken, v.ConsumedByRun = st.LastFencingToken, st.ConsumedByRun
 	}
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, key)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for _, h := range holds {
 		if h.Key == key {
@@ -252,7 +240,7 @@ func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*prot
 	}
 	waiters, err := s.store.LeaseWaiters(ctx, actor.TenantID, key)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for _, a := range waiters {
 		v.Waiting = append(v.Waiting, protocol.LeaseWaiter{RunID: a.RunID, AttemptID: a.ID, Since: a.CreatedAt.UTC()})
@@ -266,11 +254,11 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 	ctx = store.WithTenant(ctx, tenant)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return false, "", mapStoreErr(err)
+		return false, "", store.Refusal(err)
 	}
 	holds, err := s.store.LeaseList(ctx, tenant, key)
 	if err != nil {
-		return false, "", mapStoreErr(err)
+		return false, "", store.Refusal(err)
 	}
 	for _, h := range holds {
 		if h.Key == key && h.FencingToken == token {
@@ -278,7 +266,7 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 			if live {
 				a, err := s.store.AttemptGetByID(ctx, h.AttemptID, false)
 				if err != nil {
-					return false, "", mapStoreErr(err)
+					return false, "", store.Refusal(err)
 				}
 				live = a.State == store.AttemptLeased
 			}
@@ -297,7 +285,7 @@ func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason str
 		return nil, err
 	}
 	if len(reason) < 3 || len(reason) > 1000 {
-		return nil, &FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
 	}
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		// The holders' runs are locked before the key's row, the order a
@@ -349,7 +337,7 @@ func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason str
 			"reason": reason, "runs": runs, "fencing_token": token})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return s.ShowLease(ctx, actor, key)
 }

@@ -32,7 +32,7 @@ func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobVi
 	r := v.Run
 	cat, err := cd.AtCommit(r.Channel, r.Ref, r.Commit)
 	if err != nil {
-		return nil, fmt.Errorf("definitions at %s: %s: %w", short(r.Commit), err.Error(), protocol.ErrCatalogUnavailable)
+		return nil, protocol.Refused(protocol.ErrCatalogUnavailable, fmt.Errorf("definitions at %s: %w", short(r.Commit), err))
 	}
 	info, ok := cat.Describe(r.Job)
 	if !ok {
@@ -59,7 +59,7 @@ func (s *Service) mayRun(ctx context.Context, actor Actor, cat JobCatalog, chann
 		if pr, err := s.store.PrincipalGetByName(ctx, actor.TenantID, p); err == nil {
 			kind = pr.Kind
 		} else if !errors.Is(err, store.ErrNotFound) {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		d := cat.Decide(DecisionRequest{Job: name, Channel: channel, Actor: p, ActorKind: kind, Params: params,
 			Ref: Ref{Branch: branch, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now})

@@ -36,7 +36,7 @@ func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		}
 		if k := reqs[i].IdempotencyKey; k != "" {
 			if j, dup := keys[k]; dup {
-				return nil, &FieldError{Field: fmt.Sprintf("runs[%d].idempotency_key", i), Err: fmt.Errorf("runs[%d]: idempotency key %q is also runs[%d]'s: %w", i, k, j, protocol.ErrBadRequest)}
+				return nil, &protocol.FieldError{Field: fmt.Sprintf("runs[%d].idempotency_key", i), Err: fmt.Errorf("runs[%d]: idempotency key %q is also runs[%d]'s: %w", i, k, j, protocol.ErrBadRequest)}
 			}
 			keys[k] = i
 		}
@@ -63,7 +63,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 	for i := range reqs {
 		p, v, err := s.prepareRun(ctx, actor, &reqs[i], requestOrigin{}, batch)
 		switch {
-		case isRefusal(err):
+		case protocol.IsRefusal(err):
 			out[i].Err = err
 		case err != nil:
 			return nil, err
@@ -93,7 +93,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 			out[i].Err = nil
 			err := s.writeRun(ctx, tx, w, p)
 			switch {
-			case isRefusal(err):
+			case protocol.IsRefusal(err):
 				// writeRun refuses only after reads: the transaction is
 				// as the items before this one left it.
 				out[i].Err = err
@@ -107,7 +107,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		return nil, err
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for i, p := range prepared {
 		if p == nil || out[i].Err != nil {
@@ -122,8 +122,8 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 // itemError names item i of a batch in a refusal and its field.
 func itemError(list string, i int, err error) error {
 	field := fmt.Sprintf("%s[%d]", list, i)
-	if fe := (*FieldError)(nil); errors.As(err, &fe) {
+	if fe := (*protocol.FieldError)(nil); errors.As(err, &fe) {
 		field += "." + fe.Field
 	}
-	return &FieldError{Field: field, Err: fmt.Errorf("%s: %w", field, err)}
+	return &protocol.FieldError{Field: field, Err: fmt.Errorf("%s: %w", field, err)}
 }

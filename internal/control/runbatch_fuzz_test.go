@@ -76,7 +76,7 @@ func FuzzRunsRequest(f *testing.F) {
 			if !errors.Is(err, protocol.ErrBadRequest) {
 				t.Fatalf("refusal %v is not a bad request", err)
 			}
-			var fe *control.FieldError
+			var fe *protocol.FieldError
 			if errors.As(err, &fe) && !strings.HasPrefix(fe.Field, "runs[") {
 				t.Fatalf("refusal names field %q, not an item", fe.Field)
 			}

@@ -23,7 +23,7 @@ const MaxClaimWait = 30 * time.Second
 // Register turns a registration token into a runner identity.
 func (s *Service) Register(ctx context.Context, regToken string, req *protocol.RegisterRequest) (*store.Runner, error) {
 	if _, err := protocol.DecodePublicKey(req.PublicKey); err != nil {
-		return nil, fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return nil, protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
 	}
 	if len(req.Name) > 200 || len(req.Version) > 100 || len(req.Labels) > 64 {
 		return nil, fmt.Errorf("name, version or labels too long: %w", protocol.ErrBadRequest)
@@ -70,7 +70,7 @@ func (s *Service) Register(ctx context.Context, regToken string, req *protocol.R
 	})
 	s.runnerLists.invalidate()
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return runner, nil
 }
@@ -96,7 +96,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 	}
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	resp := &protocol.HeartbeatResponse{ServerTime: now.UTC(), Status: call.Runner.Status, CancelAttempts: []string{}}
 	for _, aid := range req.Attempts {
@@ -107,7 +107,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 			continue
 		}
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		if a.RunnerID != call.Runner.ID || a.State != store.AttemptLeased || !now.Before(*a.LeaseExpiresAt) {
 			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", a.Tenant)
@@ -116,7 +116,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 		}
 		r, err := s.store.RunGetByID(ctx, a.RunID, false)
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		if r.CancelRequested {
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
@@ -320,7 +320,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
-		return nil, false, mapStoreErr(err)
+		return nil, false, store.Refusal(err)
 	}
 	if len(claimed) == 0 {
 		return nil, revoked, nil
@@ -449,7 +449,7 @@ func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID
 		}
 		return nil
 	})
-	return asgs, mapStoreErr(err)
+	return asgs, store.Refusal(err)
 }
 
 // reclaimIn hands out again the attempt claimed under requestID, if its
@@ -620,7 +620,7 @@ func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.
 		resp = &protocol.RenewResponse{ExpiresAt: a.LeaseExpiresAt.UTC(), CancelRequested: r.CancelRequested}
 		return nil
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // MaxLogLines bounds one log chunk.
@@ -632,7 +632,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 	if err != nil {
 		return err
 	}
-	return mapStoreErr(s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
+	return store.Refusal(s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttemptRun(ctx, tx, call, false)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -648,10 +648,10 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 // returns its lines to store.
 func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error) {
 	if len(req.Lines) > MaxLogLines {
-		return nil, &FieldError{Field: prefix + "lines", Err: fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: prefix + "lines", Err: fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)}
 	}
 	if req.Seq < 0 {
-		return nil, &FieldError{Field: prefix + "seq", Err: fmt.Errorf("%sseq must not be negative: %w", prefix, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: prefix + "seq", Err: fmt.Errorf("%sseq must not be negative: %w", prefix, protocol.ErrBadRequest)}
 	}
 	lines := make([]store.LogLine, 0, len(req.Lines))
 	for i, l := range req.Lines {
@@ -659,7 +659,7 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 		case "stdout", "stderr", "system":
 		default:
 			f := fmt.Sprintf("%slines[%d].stream", prefix, i)
-			return nil, &FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
+			return nil, &protocol.FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
 		}
 		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
 	}
@@ -688,7 +688,7 @@ func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *p
 	if len(req.Reason) > 1000 {
 		return fmt.Errorf("reason too long: %w", protocol.ErrBadRequest)
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		a, r, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -735,7 +735,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		return failpoint.Inject("result.beforeCommit")
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err := failpoint.Inject("result.afterCommitBeforeReply"); err != nil {
 		return nil, err
@@ -794,7 +794,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
 			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in, byID)
 			switch {
-			case isRefusal(err):
+			case protocol.IsRefusal(err):
 				// The checks only read: refusing this item leaves the
 				// transaction as it was.
 				out[i].Err = err
@@ -833,7 +833,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		return w.flush(ctx)
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return out, nil
 }
@@ -854,10 +854,10 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 	for i := range req.Results {
 		it := &req.Results[i]
 		if it.RunID == "" || it.AttemptID == "" || it.LeaseToken == "" {
-			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d]", i), Err: fmt.Errorf("results[%d]: run_id, attempt_id and lease_token are required: %w", i, protocol.ErrBadRequest)}
+			return nil, nil, &protocol.FieldError{Field: fmt.Sprintf("results[%d]", i), Err: fmt.Errorf("results[%d]: run_id, attempt_id and lease_token are required: %w", i, protocol.ErrBadRequest)}
 		}
 		if j, dup := seen[it.AttemptID]; dup {
-			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d].attempt_id", i), Err: fmt.Errorf("results[%d]: attempt %s is also results[%d]: %w", i, it.AttemptID, j, protocol.ErrBadRequest)}
+			return nil, nil, &protocol.FieldError{Field: fmt.Sprintf("results[%d].attempt_id", i), Err: fmt.Errorf("results[%d]: attempt %s is also results[%d]: %w", i, it.AttemptID, j, protocol.ErrBadRequest)}
 		}
 		seen[it.AttemptID] = i
 		in, err := prepareResult(&it.ResultRequest)
@@ -868,13 +868,6 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 		calls[i] = &authn.SignedCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}
 	}
 	return ins, calls, nil
-}
-
-// isRefusal reports whether err refuses a request (a 4xx problem) rather
-// than reporting a failure to serve it.
-func isRefusal(err error) bool {
-	var pe *protocol.Error
-	return errors.As(err, &pe) && pe.Status < 500
 }
 
 // resultInput is a result request validated outside any transaction.
@@ -1053,10 +1046,10 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *s
 func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *protocol.RotateKeyRequest) error {
 	pub, err := protocol.DecodePublicKey(req.PublicKey)
 	if err != nil {
-		return fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
 	}
 	defer s.runnerLists.invalidate()
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		rn, err := tx.RunnerGetByID(ctx, call.Runner.ID, true)
 		if err != nil {
 			return err
@@ -1081,7 +1074,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 	ctx = store.WithSystem(ctx, "reaper") // cross-tenant by nature (docs/operations.md)
 	expired, err := s.store.AttemptListExpired(ctx, &store.AttemptListExpiredParams{Now: s.clock.NowOrNil(), Limit: s.batch})
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	if err := failpoint.Inject("rescue.afterSelect"); err != nil {
 		return 0, err
@@ -1110,7 +1103,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 			return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
 		})
 		if err != nil {
-			return n, mapStoreErr(err)
+			return n, store.Refusal(err)
 		}
 		if done {
 			n++
@@ -1124,5 +1117,5 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 func (s *Service) PurgeNonces(ctx context.Context) (int, error) {
 	ctx = store.WithSystem(ctx, "nonce purge") // cross-tenant by nature (docs/operations.md)
 	n, err := s.store.NoncePurge(ctx, s.clock.NowOrNil())
-	return n, mapStoreErr(err)
+	return n, store.Refusal(err)
 }

@@ -35,6 +35,10 @@ func (e *DeniedError) Error() string { return "denied: " + e.Decision.Explanatio
 // Unwrap makes a DeniedError match protocol.ErrDenied.
 func (e *DeniedError) Unwrap() error { return protocol.ErrDenied }
 
+// DeniedRun names the run kept for audit and the decision that denied it
+// (problem.Denial).
+func (e *DeniedError) DeniedRun() (string, any) { return e.RunID, e.Decision }
+
 var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
 
 // RequestRun authorizes and records a run request. created is false when an
@@ -75,7 +79,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 		return v, false, err
 	}
 	if err != nil {
-		return nil, false, mapStoreErr(err)
+		return nil, false, store.Refusal(err)
 	}
 	v, err = s.requested(ctx, p)
 	return v, err == nil, err
@@ -85,16 +89,16 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 // looked up: a refusal here is the caller's mistake, whatever the catalog.
 func checkRunRequest(req *protocol.RunRequest) error {
 	if req.Job == "" {
-		return &FieldError{Field: "job", Err: fmt.Errorf("job is required: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "job", Err: fmt.Errorf("job is required: %w", protocol.ErrBadRequest)}
 	}
 	if req.Channel == "" {
-		return &FieldError{Field: "channel", Err: fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "channel", Err: fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)}
 	}
 	if req.IdempotencyKey != "" && !idempotencyKeyRE.MatchString(req.IdempotencyKey) {
-		return &FieldError{Field: "idempotency_key", Err: fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "idempotency_key", Err: fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)}
 	}
 	if len(req.Reason) > 1000 {
-		return &FieldError{Field: "reason", Err: fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "reason", Err: fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)}
 	}
 	return nil
 }
@@ -156,15 +160,15 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 	}
 	spec, ok := cat.Job(req.Job)
 	if !ok {
-		return nil, nil, &FieldError{Field: "job", Err: fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)}
+		return nil, nil, &protocol.FieldError{Field: "job", Err: fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)}
 	}
 	params, err := cat.ValidateParams(req.Job, req.Params)
 	if err != nil {
 		var pe *ParamsError
 		if errors.As(err, &pe) {
-			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &protocol.FieldError{Field: pe.Field, Err: protocol.Refused(protocol.ErrInvalidParams, pe)}
 		}
-		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, protocol.Refused(protocol.ErrInvalidParams, err)
 	}
 	ref := req.Ref
 	if ref == "" {
@@ -185,9 +189,9 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		var pe *lease.ParamError
 		if errors.As(err, &pe) {
-			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &protocol.FieldError{Field: pe.Field, Err: protocol.Refused(protocol.ErrInvalidParams, pe)}
 		}
-		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, protocol.Refused(protocol.ErrInvalidParams, err)
 	}
 	keysJSON, err := json.Marshal(keys)
 	if err != nil {
@@ -318,24 +322,13 @@ func (s *Service) requested(ctx context.Context, p *preparedRun) (*RunView, erro
 	return v, nil
 }
 
-// FieldError is a refusal that names the input field at fault.
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the refusal.
-func (e *FieldError) Unwrap() error { return e.Err }
-
 func (s *Service) byIdempotencyKey(ctx context.Context, actor Actor, req *protocol.RunRequest) (*RunView, error) {
 	r, err := s.store.RunGetByIdempotencyKey(ctx, actor.TenantID, actor.Name, req.IdempotencyKey)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if r.Job != req.Job || r.Channel != req.Channel || !sameParams(r.Params, req.Params) {
 		return nil, fmt.Errorf("idempotency key %q was used for run %s with another job, channel or parameters: %w", req.IdempotencyKey, r.ID, protocol.ErrIdempotencyConflict)
@@ -382,15 +375,15 @@ func short(sha string) string {
 func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*RunView, error) {
 	r, err := q.RunGetByID(ctx, runID, false)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	atts, err := q.AttemptListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	apps, err := q.ApprovalListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	v := &RunView{Run: r, Attempts: atts, Approvals: apps}
 	s.explainWait(ctx, q, v)
@@ -436,11 +429,11 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 	}
 	atts, err := s.store.AttemptListByRuns(ctx, ids)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	apps, err := s.store.ApprovalListByRuns(ctx, ids)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	byRun := make(map[string]*RunView, len(runs))
 	out := make([]*RunView, 0, len(runs))
@@ -533,7 +526,7 @@ func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*Ru
 		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancelled", r.ID, nil)
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return s.view(ctx, s.store, runID)
 }
@@ -545,13 +538,13 @@ func (s *Service) Logs(ctx context.Context, actor Actor, runID string, after int
 		return nil, nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return nil, nil, mapStoreErr(err)
+		return nil, nil, store.Refusal(err)
 	}
 	if limit <= 0 || limit > 5000 {
 		limit = 1000
 	}
 	lines, err := s.store.LogList(ctx, &store.LogListParams{RunID: runID, After: after, Limit: limit})
-	return lines, r, mapStoreErr(err)
+	return lines, r, store.Refusal(err)
 }
 
 // Wake returns a channel closed when work may have changed; log followers use it too.

@@ -18,7 +18,7 @@ func (s *Service) ListRunSummaries(ctx context.Context, actor Actor, p store.Run
 	p.Limit = want + 1
 	runs, err := s.store.RunList(ctx, &p)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	next := ""
 	if len(runs) > want {

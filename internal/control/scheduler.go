@@ -187,7 +187,7 @@ func (s *Service) fireServerSchedules(ctx context.Context) (int, error) {
 	}
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	cats, scheds := s.scheduledChannels(ctx)
 	fired := 0
@@ -241,10 +241,10 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 		if errors.Is(err, store.ErrAlreadyExists) {
 			return false, nil // another replica saw it first
 		}
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if err != nil {
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if st.Cron != js.Cron || st.TZ != js.TZ {
 		// A changed expression or zone starts afresh, like a first sight.
@@ -254,7 +254,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 			return false, fmt.Errorf("cron %q never fires after %s", js.Cron, now.Format(time.RFC3339))
 		}
 		if err := s.store.ScheduleAdvance(ctx, &adv, st.NextFireAt); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return false, mapStoreErr(err)
+			return false, store.Refusal(err)
 		}
 		return false, nil
 	}
@@ -277,7 +277,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 	if err := s.store.ScheduleAdvance(ctx, &adv, st.NextFireAt); errors.Is(err, store.ErrNotFound) {
 		return false, nil // another replica claimed this fire time
 	} else if err != nil {
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if !fire {
 		s.log.InfoContext(ctx, "control: missed schedule window skipped (catch_up: none)", "job", js.Job, "channel", js.Channel,
@@ -350,14 +350,14 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catal
 func (s *Service) ListSchedules(ctx context.Context, actor Actor) (*SchedulesView, error) {
 	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if in == nil && s.defs == nil {
 		return nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
 	}
 	rows, err := s.store.ScheduleList(ctx, actor.TenantID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	state := map[[2]string]*store.Schedule{}
 	for _, r := range rows {

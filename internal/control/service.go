@@ -184,27 +184,6 @@ func New(cfg Config) (*Service, error) {
 		obs: observerOrNop(cfg.Metrics), gh: cfg.GitHub}, nil
 }
 
-// mapStoreErr turns store failures into protocol refusals: a lost commit is
-// "retry" (the client repeats with the same request ID), an unreachable
-// database is "unavailable".
-func mapStoreErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, new(*protocol.Error)):
-		return err
-	case errors.Is(err, store.ErrReplay):
-		return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
-	case errors.Is(err, store.ErrCommitUnknown):
-		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention):
-		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	}
-	return err
-}
-
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
 	var raw json.RawMessage
 	if details != nil {

@@ -66,3 +66,43 @@ func IsRefusal(err error) bool {
 	var pe *Error
 	return errors.As(err, &pe) && pe.Status < 500
 }
+
+// Refused wraps err as a refusal: its text is err's followed by ": " and
+// the refusal's code, errors.Is and errors.As find refusal before anything
+// err wraps (the answer is refusal's, whatever err carries), and err's own
+// chain stays matchable.
+func Refused(refusal *Error, err error) error {
+	return &refusedError{refusal: refusal, err: err}
+}
+
+type refusedError struct {
+	refusal *Error
+	err     error
+}
+
+func (e *refusedError) Error() string   { return e.err.Error() + ": " + e.refusal.Code }
+func (e *refusedError) Unwrap() []error { return []error{e.refusal, e.err} }
+
+// FieldError is a refusal that names the input field at fault (a problem's
+// field).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// RunRefError is a refusal that points at another run (a problem's run_id:
+// 409 lease_held, 409 already_done).
+type RunRefError struct {
+	RunID string
+	Err   error
+}
+
+func (e *RunRefError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *RunRefError) Unwrap() error { return e.Err }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Sentinel errors. Implementations translate driver errors into these in one place.
@@ -26,6 +29,25 @@ var (
 	// nothing of the transaction was committed.
 	ErrContention = errors.New("transaction conflicted with others, rolled back")
 )
+
+// Refusal is err as the refusal a service answers with: a lost commit is
+// protocol.ErrRetry (the client repeats its request with the same request
+// ID), an unreachable or contended database protocol.ErrUnavailable, a
+// replayed nonce protocol.ErrNonceReused. Any other error, a refusal
+// included, is err.
+func Refusal(err error) error {
+	switch {
+	case err == nil, errors.As(err, new(*protocol.Error)):
+		return err
+	case errors.Is(err, ErrReplay):
+		return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
+	case errors.Is(err, ErrCommitUnknown):
+		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrContention):
+		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
+	}
+	return err
+}
 
 // RunState is the state of a run.
 type RunState string
