@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Config wires the handlers.
@@ -157,7 +158,7 @@ func (s *statusOnly) Header() http.Header         { return s.header }
 func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
-func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor)) http.HandlerFunc {
+func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, principal.Actor)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := authn.BearerToken(r); ok && looksLikeJWS(tok) {
 			// A job's run token grants nothing here; say so, and audit the
@@ -175,7 +176,7 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor
 			return
 		}
 		// Everything the request does is in its principal's tenant (MT3).
-		fn(w, r.WithContext(store.WithTenant(r.Context(), p.Tenant)), control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
+		fn(w, r.WithContext(store.WithTenant(r.Context(), p.Tenant)), principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 func (e *testEnv) bearer(method, path, token string, body string) (int, string, []byte) {
@@ -184,7 +185,7 @@ func tenantOf(t *testing.T, st store.Store) string {
 	return tn.ID
 }
 
-func adminActor(t *testing.T, st store.Store) control.Actor {
+func adminActor(t *testing.T, st store.Store) principal.Actor {
 	t.Helper()
-	return control.Actor{TenantID: tenantOf(t, st), Name: "admin", Kind: "user", Admin: true}
+	return principal.Actor{TenantID: tenantOf(t, st), Name: "admin", Kind: "user", Admin: true}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // DefaultTenant is the tenant of a single-organization install.
@@ -20,13 +21,6 @@ var (
 	nameRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$`)
 )
-
-func requireAdmin(actor Actor) error {
-	if !actor.Admin {
-		return fmt.Errorf("%s is not an admin: %w", actor.Name, protocol.ErrForbidden)
-	}
-	return nil
-}
 
 // EnsureAdmin creates the admin principal of the default tenant with this
 // bearer token (JOBPLANE_ADMIN_TOKEN), once.
@@ -68,8 +62,8 @@ func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
 }
 
 // CreateRegistrationToken makes a single-use runner registration token.
-func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreateRegistrationToken(ctx context.Context, actor principal.Actor, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if req.Pool == "" {
@@ -117,8 +111,8 @@ type RunnerView struct {
 }
 
 // ListRunners lists the tenant's runners.
-func (s *Service) ListRunners(ctx context.Context, actor Actor) ([]RunnerView, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ListRunners(ctx context.Context, actor principal.Actor) ([]RunnerView, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	rs, err := s.store.RunnerList(ctx, actor.TenantID)
@@ -142,8 +136,8 @@ func (s *Service) ListRunners(ctx context.Context, actor Actor) ([]RunnerView, e
 
 // SetRunnerStatus disables or enables a runner. Disabling expires its leased
 // attempts at once, so their runs are retried elsewhere per policy.
-func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID string, status string) (*store.Runner, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) SetRunnerStatus(ctx context.Context, actor principal.Actor, runnerID string, status string) (*store.Runner, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	var out *store.Runner
@@ -215,8 +209,8 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 
 // CreatePrincipal adds a user or service principal to the admin's tenant.
 // Its groups come from groups.yaml in Git, by name.
-func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protocol.PrincipalRequest) (*store.Principal, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreatePrincipal(ctx context.Context, actor principal.Actor, req *protocol.PrincipalRequest) (*store.Principal, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if !nameRE.MatchString(req.Name) {
@@ -251,8 +245,8 @@ func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protoco
 }
 
 // CreateToken issues an API token for a principal; the secret is shown once.
-func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreateToken(ctx context.Context, actor principal.Actor, name string, ttlSeconds int) (*protocol.TokenResponse, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if ttlSeconds < 0 || ttlSeconds > 366*24*3600 {
@@ -261,9 +255,9 @@ func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string
 	secret := "jpt_" + id.Secret(24)
 	var resp *protocol.TokenResponse
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		p, err := tx.PrincipalGetByName(ctx, actor.TenantID, principal)
+		p, err := tx.PrincipalGetByName(ctx, actor.TenantID, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("principal %s: %w", principal, protocol.ErrNotFound)
+			return fmt.Errorf("principal %s: %w", name, protocol.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -289,8 +283,8 @@ func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string
 }
 
 // RevokeToken revokes an API token.
-func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) error {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) RevokeToken(ctx context.Context, actor principal.Actor, tokenID string) error {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return err
 	}
 	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
@@ -305,8 +299,8 @@ func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) 
 }
 
 // ListAudit reads the tenant's audit events after a sequence number (admin).
-func (s *Service) ListAudit(ctx context.Context, actor Actor, after int64, limit int) ([]*store.AuditEvent, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ListAudit(ctx context.Context, actor principal.Actor, after int64, limit int) ([]*store.AuditEvent, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if limit <= 0 || limit > 1000 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Verdicts an approver can give.
@@ -19,16 +20,16 @@ const (
 
 // Approve records an approval; the run enters the queue once the decision's
 // count of distinct approvers have approved.
-func (s *Service) Approve(ctx context.Context, actor Actor, runID, comment string) (*RunView, error) {
+func (s *Service) Approve(ctx context.Context, actor principal.Actor, runID, comment string) (*RunView, error) {
 	return s.verdict(ctx, actor, runID, VerdictApproved, comment)
 }
 
 // Reject records a rejection; one rejection by any named approver rejects the run.
-func (s *Service) Reject(ctx context.Context, actor Actor, runID, comment string) (*RunView, error) {
+func (s *Service) Reject(ctx context.Context, actor principal.Actor, runID, comment string) (*RunView, error) {
 	return s.verdict(ctx, actor, runID, VerdictRejected, comment)
 }
 
-func (s *Service) verdict(ctx context.Context, actor Actor, runID, verdict, comment string) (*RunView, error) {
+func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, verdict, comment string) (*RunView, error) {
 	if len(comment) > 2000 {
 		return nil, &protocol.FieldError{Field: "comment", Err: fmt.Errorf("comment is longer than 2000 characters: %w", protocol.ErrBadRequest)}
 	}

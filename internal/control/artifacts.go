@@ -15,6 +15,7 @@ import (
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Defaults of artifact uploads and source tickets (docs/artifacts.md).
@@ -300,7 +301,7 @@ func (s *Service) checkResultArtifacts(ctx context.Context, tx store.Tx, a *stor
 }
 
 // RunArtifacts lists a run's stored artifacts.
-func (s *Service) RunArtifacts(ctx context.Context, actor Actor, runID string) ([]protocol.Artifact, error) {
+func (s *Service) RunArtifacts(ctx context.Context, actor principal.Actor, runID string) ([]protocol.Artifact, error) {
 	v, err := s.GetRun(ctx, actor, runID)
 	if err != nil {
 		return nil, err
@@ -326,7 +327,7 @@ func (s *Service) RunArtifacts(ctx context.Context, actor Actor, runID string) (
 
 // OpenArtifact opens the bytes of a run's artifact by name: the one of the
 // latest attempt that stored it.
-func (s *Service) OpenArtifact(ctx context.Context, actor Actor, runID, name string) (*protocol.Artifact, io.ReadCloser, error) {
+func (s *Service) OpenArtifact(ctx context.Context, actor principal.Actor, runID, name string) (*protocol.Artifact, io.ReadCloser, error) {
 	if err := artifact.ValidName(name); err != nil {
 		return nil, nil, fmt.Errorf("name %q: %w", name, protocol.ErrInvalidName)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // AuditFilter narrows an audit search. Empty fields match everything.
@@ -27,8 +28,8 @@ const auditScanBudget = 20000
 // (admin). Subject, actor and start time are store filters; action and end
 // time are applied while paging, within a budget of events read. next is the cursor
 // to continue from (0 when the log is exhausted).
-func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (events []*store.AuditEvent, next int64, err error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) SearchAudit(ctx context.Context, actor principal.Actor, f AuditFilter) (events []*store.AuditEvent, next int64, err error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, 0, err
 	}
 	if f.Limit <= 0 || f.Limit > 500 {

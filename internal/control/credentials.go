@@ -12,6 +12,7 @@ import (
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Credentials mints and verifies run tokens with signing keys kept, sealed
@@ -176,8 +177,8 @@ func tokenProblem(err error) string {
 }
 
 // RotateSigningKeys rotates the run-token signing key (admin).
-func (s *Service) RotateSigningKeys(ctx context.Context, actor Actor) (string, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) RotateSigningKeys(ctx context.Context, actor principal.Actor) (string, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return "", err
 	}
 	if s.creds == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // TestBusyScopeDoesNotStarveAnother: while one tenant (or one pool of a
@@ -42,7 +43,7 @@ func TestBusyScopeDoesNotStarveAnother(t *testing.T) {
 					quietJob = busyJob
 				}
 				e := newLeaseEnv(t, st, busyJob, quietJob)
-				quietActor := Actor{TenantID: tc.quietTenant, Name: "bob", Kind: "user", Admin: true}
+				quietActor := principal.Actor{TenantID: tc.quietTenant, Name: "bob", Kind: "user", Admin: true}
 
 				reqs := make([]protocol.RunRequest, protocol.MaxRunBatch)
 				for i := range reqs {

@@ -25,6 +25,7 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/testdb"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // exclusion is an in-memory witness of mutual exclusion: a holder enters
@@ -314,7 +315,7 @@ func TestL6_L7_AcquirerBlockedOnKeyRow(t *testing.T) {
 	spec := leaseJob("l6", "pool-l6", ttl, lease.Template{Key: "l6-key"})
 	defs := &multiDefs{jobs: map[string]Spec{"l6": spec}}
 	e := &env{t: t, store: st, clock: clock.NewFake(testEpoch), spec: spec,
-		actor: Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
+		actor: principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
 	svc, err := New(Config{Store: st, Clock: clock.Real{}, Definitions: defs})
 	require.NoError(t, err)
 	rn := e.runnerIn("pool-l6", "l6")

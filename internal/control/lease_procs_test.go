@@ -26,6 +26,7 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // lkRecord is one line of a client process's output: an operation, or the
@@ -153,7 +154,7 @@ func lkChild1() error {
 	rec := &recorder{}
 	var mu sync.Mutex
 	var claims []lkRecord
-	actor := Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
+	actor := principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
 	var wg sync.WaitGroup
 	var firstErr error
 	var errMu sync.Mutex

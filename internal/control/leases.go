@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 func keyNames(keys []store.LeaseKey) []string {
@@ -207,7 +208,7 @@ func holderView(h store.LeaseHold) protocol.LeaseHolder {
 }
 
 // ListLeases lists the held keys whose name starts with prefix.
-func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]protocol.LeaseHolder, error) {
+func (s *Service) ListLeases(ctx context.Context, actor principal.Actor, prefix string) ([]protocol.LeaseHolder, error) {
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, prefix)
 	if err != nil {
 		return nil, store.Refusal(err)
@@ -220,7 +221,7 @@ func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([
 }
 
 // ShowLease returns a key's holders, its waiting runs and its counter.
-func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*protocol.LeaseView, error) {
+func (s *Service) ShowLease(ctx context.Context, actor principal.Actor, key string) (*protocol.LeaseView, error) {
 	v := &protocol.LeaseView{Key: key, Holders: []protocol.LeaseHolder{}, Waiting: []protocol.LeaseWaiter{}}
 	st, err := s.store.LeaseKeyGet(ctx, actor.TenantID, key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -280,8 +281,8 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 // dropped and its run told to stop at its next renewal, the key's fencing
 // token moves on so the old holders are refused downstream, waiters are
 // unblocked, and who did it and why is audited.
-func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason string) (*protocol.LeaseView, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ReleaseLease(ctx context.Context, actor principal.Actor, key, reason string) (*protocol.LeaseView, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if len(reason) < 3 || len(reason) > 1000 {

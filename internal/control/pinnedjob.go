@@ -8,6 +8,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // CommitDefinitions is implemented by Definitions that can read the
@@ -20,7 +21,7 @@ type CommitDefinitions interface {
 // description, owners, runbook and who may run it under that commit's
 // policies. Like GetRun, it shows only runs of the actor's tenant, so only
 // commits that tenant's runs were pinned to can be browsed this way.
-func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobView, error) {
+func (s *Service) RunJob(ctx context.Context, actor principal.Actor, runID string) (*JobView, error) {
 	v, err := s.GetRun(ctx, actor, runID)
 	if err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobVi
 
 // mayRun puts every principal the definitions name to the policies with
 // the job's default parameters (as ShowJob does).
-func (s *Service) mayRun(ctx context.Context, actor Actor, cat JobCatalog, channel, name string) ([]PrincipalAccess, error) {
+func (s *Service) mayRun(ctx context.Context, actor principal.Actor, cat JobCatalog, channel, name string) ([]PrincipalAccess, error) {
 	params, err := cat.ValidateParams(name, json.RawMessage(`{}`))
 	if err != nil {
 		params = json.RawMessage(`{}`)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // RunOutcome is one item's outcome in RequestRuns: the run (created, or
@@ -25,7 +26,7 @@ type RunOutcome struct {
 // would refuse (denied, invalid parameters, a held key, an unknown job) is
 // refused on its own and the others are recorded; an item that is not a
 // run request at all refuses the whole call, and nothing is recorded.
-func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
+func (s *Service) RequestRuns(ctx context.Context, actor principal.Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
 	if len(reqs) == 0 || len(reqs) > protocol.MaxRunBatch {
 		return nil, fmt.Errorf("runs must hold 1 to %d items, not %d: %w", protocol.MaxRunBatch, len(reqs), protocol.ErrBadRequest)
 	}
@@ -56,7 +57,7 @@ func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.
 	}
 }
 
-func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
+func (s *Service) requestRuns(ctx context.Context, actor principal.Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
 	out := make([]RunOutcome, len(reqs))
 	prepared := make([]*preparedRun, len(reqs))
 	batch := &requestBatch{catalogs: map[[2]string]Catalog{}}

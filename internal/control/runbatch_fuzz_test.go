@@ -17,6 +17,7 @@ import (
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 var batchFuzzFiles = map[string]string{
@@ -54,7 +55,7 @@ func FuzzRunsRequest(f *testing.F) {
 	require.NoError(f, err)
 	tn, err := st.TenantEnsure(ctx, "default", fc.NowOrNil())
 	require.NoError(f, err)
-	actor := control.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}
+	actor := principal.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}
 	newest := func(t *testing.T) string {
 		runs, _, err := svc.ListRuns(ctx, actor, store.RunListParams{Limit: 1})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // RunView is a run with its attempts, as the API returns it.
@@ -43,7 +44,7 @@ var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
 
 // RequestRun authorizes and records a run request. created is false when an
 // earlier request with the same idempotency key is returned.
-func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
+func (s *Service) RequestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
 	return s.requestRun(ctx, actor, req, requestOrigin{})
 }
 
@@ -61,7 +62,7 @@ type requestOrigin struct {
 	GitHub *githubRunOrigin
 }
 
-func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
+func (s *Service) requestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
 	if err := checkRunRequest(req); err != nil {
 		return nil, false, err
 	}
@@ -106,7 +107,7 @@ func checkRunRequest(req *protocol.RunRequest) error {
 // preparedRun is a run request decided outside any transaction: the run
 // to write, with what its transaction needs.
 type preparedRun struct {
-	actor    Actor
+	actor    principal.Actor
 	run      *store.Run
 	spec     Spec
 	keys     []store.LeaseKey
@@ -128,7 +129,7 @@ type requestBatch struct {
 // prepareRun resolves, validates and decides a checked run request. It
 // returns the earlier run instead when the request's idempotency key names
 // one.
-func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
+func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
 	if req.IdempotencyKey != "" {
 		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
 			return nil, v, err
@@ -322,7 +323,7 @@ func (s *Service) requested(ctx context.Context, p *preparedRun) (*RunView, erro
 	return v, nil
 }
 
-func (s *Service) byIdempotencyKey(ctx context.Context, actor Actor, req *protocol.RunRequest) (*RunView, error) {
+func (s *Service) byIdempotencyKey(ctx context.Context, actor principal.Actor, req *protocol.RunRequest) (*RunView, error) {
 	r, err := s.store.RunGetByIdempotencyKey(ctx, actor.TenantID, actor.Name, req.IdempotencyKey)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -405,7 +406,7 @@ func grantsOrEmpty(g map[string]string) map[string]string {
 }
 
 // GetRun returns a run of the actor's tenant.
-func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+func (s *Service) GetRun(ctx context.Context, actor principal.Actor, runID string) (*RunView, error) {
 	v, err := s.view(ctx, s.store, runID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && v.Run.Tenant != actor.TenantID) {
 		return nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
@@ -417,7 +418,7 @@ func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunVi
 }
 
 // ListRuns pages the tenant's runs, newest first.
-func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListParams) ([]*RunView, string, error) {
+func (s *Service) ListRuns(ctx context.Context, actor principal.Actor, p store.RunListParams) ([]*RunView, string, error) {
 	runs, next, err := s.ListRunSummaries(ctx, actor, p)
 	if err != nil {
 		return nil, "", err
@@ -461,7 +462,7 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 // CancelRun cancels a run: at once when it has not started, and by telling
 // its runner (through renew and heartbeat) when it is running. The requester
 // and admins may cancel.
-func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+func (s *Service) CancelRun(ctx context.Context, actor principal.Actor, runID string) (*RunView, error) {
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		// Lock order everywhere: attempt, then run (claims lock in that order).
 		atts, err := tx.AttemptListByRun(ctx, runID)
@@ -532,7 +533,7 @@ func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*Ru
 }
 
 // Logs returns a run's lines after a cursor.
-func (s *Service) Logs(ctx context.Context, actor Actor, runID string, after int64, limit int) ([]*store.LogLine, *store.Run, error) {
+func (s *Service) Logs(ctx context.Context, actor principal.Actor, runID string, after int64, limit int) ([]*store.LogLine, *store.Run, error) {
 	r, err := s.store.RunGetByID(ctx, runID, false)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Tenant != actor.TenantID) {
 		return nil, nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)

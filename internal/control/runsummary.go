@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // ListRunSummaries pages the tenant's runs, newest first, like ListRuns but
 // without their attempts and approvals: one query per page, for lists that
 // show only the runs' own columns (the web UI's runs table).
-func (s *Service) ListRunSummaries(ctx context.Context, actor Actor, p store.RunListParams) ([]*store.Run, string, error) {
+func (s *Service) ListRunSummaries(ctx context.Context, actor principal.Actor, p store.RunListParams) ([]*store.Run, string, error) {
 	if p.Limit <= 0 || p.Limit > 500 {
 		p.Limit = 50
 	}

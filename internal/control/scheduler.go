@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Schedules (docs/schedules.md): a job's schedule block requests a run on
@@ -322,7 +323,7 @@ func ScheduleIdempotencyKey(channel, job string, window time.Time) string {
 // The run is requested from the catalog the pass read, so that it runs
 // the commit the schedule was seen in.
 func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catalog, js JobSchedule, window time.Time) error {
-	actor := Actor{TenantID: tenant, Name: SchedulerPrincipal, Kind: "service"}
+	actor := principal.Actor{TenantID: tenant, Name: SchedulerPrincipal, Kind: "service"}
 	w := window.UTC().Format(time.RFC3339)
 	req := &protocol.RunRequest{
 		Job: js.Job, Channel: js.Channel, Params: js.Params,
@@ -347,7 +348,7 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catal
 // The schedules are the caller's tenant's: an installation tenant sees
 // those of its .jobplane repository (none without one), every other tenant
 // those of the server's definitions.
-func (s *Service) ListSchedules(ctx context.Context, actor Actor) (*SchedulesView, error) {
+func (s *Service) ListSchedules(ctx context.Context, actor principal.Actor) (*SchedulesView, error) {
 	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, store.Refusal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 var secretNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -18,8 +19,8 @@ const MaxSecretBytes = 64 << 10
 // SetSecret stores a secret value, sealed with the server key and bound to
 // its tenant, name and channel. The value is never logged, audited or
 // returned by any read.
-func (s *Service) SetSecret(ctx context.Context, actor Actor, name, channel, value string) error {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) SetSecret(ctx context.Context, actor principal.Actor, name, channel, value string) error {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return err
 	}
 	if !secretNameRE.MatchString(name) {

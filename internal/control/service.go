@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
-	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/groupcommit"
+	"github.com/jobplane/jobplane/internal/audit"
 )
 
 // Definitions resolves a channel to the job definitions and policies in force.
@@ -93,14 +92,6 @@ type ApprovalRequirement struct {
 	Count     int      `json:"count"`
 	Groups    []string `json:"groups"`
 	Approvers []string `json:"approvers"`
-}
-
-// Actor is the authenticated caller of the control API.
-type Actor struct {
-	TenantID string
-	Name     string
-	Kind     string
-	Admin    bool
 }
 
 // Config configures the Service.
@@ -185,18 +176,7 @@ func New(cfg Config) (*Service, error) {
 }
 
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
-	var raw json.RawMessage
-	if details != nil {
-		b, err := json.Marshal(details)
-		if err != nil {
-			return err
-		}
-		raw = b
-	}
-	if err := tx.AuditAppend(ctx, auditEvent(tenant, actor, action, subject, raw, s.nowValue())); err != nil {
-		return fmt.Errorf("append audit event: %w", err)
-	}
-	return failpoint.Inject("audit.afterInsertBeforeCommit")
+	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
 }
 
 // nowValue is the fake time in tests and the zero time (store picks database

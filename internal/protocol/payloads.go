@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"time"
+
 )
 
 // Runner endpoints.
