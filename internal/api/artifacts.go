@@ -9,8 +9,8 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // routesArtifacts registers the artifact and source routes that are not

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/control"
-	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 func (h *Handler) routesAudit(m *http.ServeMux) {

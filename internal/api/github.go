@@ -10,8 +10,8 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
-	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // GitHubWebhook configures the GitHub webhook intake; without it the route

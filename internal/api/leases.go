@@ -4,8 +4,8 @@ import (
 	"net/http"
 
 	"github.com/jobplane/jobplane/internal/authn"
-	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 func (h *Handler) listLeases(w http.ResponseWriter, r *http.Request, actor principal.Actor) {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
-	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 func (h *Handler) jwks(w http.ResponseWriter, r *http.Request) {

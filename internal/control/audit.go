@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/audit"
-	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // holder names who holds an attempt's lease in audit details (RELIABILITY

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // AuditFilter narrows an audit search. Empty fields match everything.

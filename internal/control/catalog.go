@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // CatalogSource is implemented by Definitions read from a repository: it

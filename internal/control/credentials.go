@@ -10,9 +10,9 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Credentials mints and verifies run tokens with signing keys kept, sealed

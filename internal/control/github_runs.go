@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Pull-request runs (docs/github.md): a pull_request delivery requests one

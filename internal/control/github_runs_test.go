@@ -21,11 +21,11 @@ import (
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Pull-request runs against real stores, a real definitions repository and

@@ -23,10 +23,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // lkRecord is one line of a client process's output: an operation, or the

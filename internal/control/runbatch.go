@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // RunOutcome is one item's outcome in RequestRuns: the run (created, or

@@ -12,9 +12,9 @@ import (
 
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // RunView is a run with its attempts, as the API returns it.

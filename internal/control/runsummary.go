@@ -3,8 +3,8 @@ package control
 import (
 	"context"
 
-	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // ListRunSummaries pages the tenant's runs, newest first, like ListRuns but

@@ -12,9 +12,9 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Schedules (docs/schedules.md): a job's schedule block requests a run on

@@ -6,9 +6,9 @@ import (
 	"regexp"
 
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 var secretNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/groupcommit"
-	"github.com/jobplane/jobplane/internal/audit"
 )
 
 // Definitions resolves a channel to the job definitions and policies in force.

@@ -3,7 +3,6 @@ package protocol
 import (
 	"encoding/json"
 	"time"
-
 )
 
 // Runner endpoints.

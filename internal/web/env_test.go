@@ -23,12 +23,12 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 	"github.com/jobplane/jobplane/internal/worker"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 const adminToken = "jpt_web-test-admin-token-0123456789"

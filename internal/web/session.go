@@ -10,9 +10,9 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
-	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Cookie names. The session cookie holds the API token itself: the server
