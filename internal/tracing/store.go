@@ -49,13 +49,8 @@ func (s *tracedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) erro
 	return err
 }
 
-// SingleWriter and Commits pass on what the store beneath tells about
-// itself (the group committer and the benchmark ask).
-func (s *tracedStore) SingleWriter() bool {
-	sw, ok := s.Store.(interface{ SingleWriter() bool })
-	return ok && sw.SingleWriter()
-}
-
+// Commits passes on the count of commits of the store beneath (the
+// benchmark reports it).
 func (s *tracedStore) Commits() int64 {
 	if c, ok := s.Store.(interface{ Commits() int64 }); ok {
 		return c.Commits()

@@ -252,6 +252,7 @@ func TestJobEnvironmentLogsAndFailedResult(t *testing.T) {
 	require.True(t, strings.HasPrefix(env["JOBPLANE_ARTIFACTS_DIR"], filepath.Join(b.dir, "work", a.AttemptID)))
 	for k := range env {
 		allowed := strings.HasPrefix(k, "JOBPLANE_") || k == "OUT" || k == "PATH" || k == "HOME" || k == "LANG" || k == "TMPDIR" ||
+			k == "TRACEPARENT" || // the run's trace (TestJobGetsTraceparent)
 			k == "PWD" || k == "SHLVL" || k == "_" // set by sh itself
 		require.True(t, allowed, "unexpected variable %s leaked into the job", k)
 	}
