@@ -204,10 +204,12 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	if contentLength > limit {
 		return nil, refuse(fmt.Errorf("artifact %s may have at most %d bytes, Content-Length is %d: %w", art.Name, limit, contentLength, protocol.ErrTooLarge))
 	}
-	staged, err := s.art.Storage.Stage(ctx, body, limit)
+	staged, err := s.art.Storage.Stage(ctx, art.StorageKey, body, limit)
 	switch {
 	case errors.Is(err, artifact.ErrTooLarge):
 		return nil, refuse(fmt.Errorf("artifact %s may have at most %d bytes: %w", art.Name, limit, protocol.ErrTooLarge))
+	case errors.Is(err, artifact.ErrUnavailable):
+		return nil, refuse(fmt.Errorf("stage %s: %s: %w", art.Name, err.Error(), protocol.ErrUnavailable))
 	case err != nil:
 		return nil, refuse(fmt.Errorf("upload of %s interrupted: %s: %w", art.Name, err.Error(), protocol.ErrBadRequest))
 	}
@@ -221,11 +223,19 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	if err := failpoint.Inject("upload.afterHashBeforePublish"); err != nil {
 		return nil, refuse(err)
 	}
-	if err := staged.Publish(ctx, art.StorageKey); err != nil {
+	if err := staged.Publish(ctx); err != nil {
 		if errors.Is(err, artifact.ErrExists) {
 			return nil, refuse(fmt.Errorf("artifact %s of attempt %s is already stored: %w", art.Name, art.AttemptID, protocol.ErrAlreadyExists))
 		}
-		return nil, refuse(err)
+		// The outcome is unknown: the store may have published before its
+		// answer was lost. The row stays "uploading", so it is never
+		// listed, and the sweeper removes it and any object under its key
+		// once the upload's time is over (no stored row can own that key:
+		// an attempt stores one artifact of a name).
+		return nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrUnavailable)
+	}
+	if err := failpoint.Inject("upload.afterPublishBeforeCommit"); err != nil {
+		return nil, err // as a crash here would: the row stays "uploading", never listed
 	}
 	art.Size, art.SHA256, art.StoredAt = staged.Size(), staged.SHA256(), s.clock.NowOrNil()
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
@@ -352,7 +362,7 @@ func (s *Service) OpenArtifact(ctx context.Context, actor Actor, runID, name str
 		return nil, nil, fmt.Errorf("artifact %s of run %s is recorded but its bytes are missing: %w", name, runID, protocol.ErrUnavailable)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("open artifact %s of run %s: %s: %w", name, runID, err.Error(), protocol.ErrUnavailable)
 	}
 	return found, rc, nil
 }

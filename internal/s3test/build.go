@@ -117,26 +117,31 @@ func Build(tools string) (string, error) {
 // EnvRequire).
 func binary(t testing.TB) string {
 	t.Helper()
-	tools, err := ToolsDir()
-	if err != nil {
-		unavailable(t, err.Error())
-	}
-	bin, err := BinaryPath(tools)
-	if err != nil {
-		unavailable(t, err.Error())
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if d, ok := deadline(t); ok && time.Until(d) < buildBudget {
-		unavailable(t, fmt.Sprintf("no S3 test server at %s and too little time left to build it; build it once with: (cd %s && go build -o %s %s)", bin, tools, bin, weedPackage))
-	}
-	t.Logf("s3test: building %s into %s (once; several minutes)", weedPackage, bin)
-	bin, err = Build(tools)
+	bin, err := findBinary(t)
 	if err != nil {
 		unavailable(t, err.Error())
 	}
 	return bin
+}
+
+func findBinary(t testing.TB) (string, error) {
+	t.Helper()
+	tools, err := ToolsDir()
+	if err != nil {
+		return "", err
+	}
+	bin, err := BinaryPath(tools)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if d, ok := deadline(t); ok && time.Until(d) < buildBudget {
+		return "", fmt.Errorf("no S3 test server at %s and too little time left to build it; build it once with: (cd %s && go build -o %s %s)", bin, tools, bin, weedPackage)
+	}
+	t.Logf("s3test: building %s into %s (once; several minutes)", weedPackage, bin)
+	return Build(tools)
 }
 
 func deadline(t testing.TB) (time.Time, bool) {
