@@ -397,3 +397,99 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// stopAfter is a body that stops the S3 server once n bytes were read: the
+// store dies in the middle of an upload.
+type stopAfter struct {
+	r    io.Reader
+	n    int64
+	stop func()
+}
+
+func (s *stopAfter) Read(p []byte) (int, error) {
+	if s.n <= 0 && s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	if int64(len(p)) > s.n && s.n > 0 {
+		p = p[:s.n]
+	}
+	n, err := s.r.Read(p)
+	s.n -= int64(n)
+	return n, err
+}
+
+// TestS3Unavailable: the S3 server stops in the middle of a multipart
+// upload, then while nothing is in flight. Every operation fails with
+// ErrUnavailable (the API's 503), and once the server is back nothing of
+// the interrupted upload is visible and the same key can be written.
+func TestS3Unavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	st := openS3On(t, srv, bucket, S3Config{RequestTimeout: 5 * time.Second})
+	k, _ := Key(tenant, run, attempt, "big.bin")
+	body := &stopAfter{r: bytes.NewReader(make([]byte, 3*DefaultPartSize)), n: DefaultPartSize + 1000, stop: srv.Stop}
+	_, err := st.Stage(ctx, k, body, 4*DefaultPartSize)
+	require.ErrorIs(t, err, ErrUnavailable, "stopped after the first part")
+
+	_, err = st.Open(ctx, k)
+	require.ErrorIs(t, err, ErrUnavailable)
+	_, err = st.Stage(ctx, k, strings.NewReader("small"), 100)
+	require.NoError(t, err, "a small upload is staged in memory")
+	s, _ := st.Stage(ctx, k, strings.NewReader("small"), 100)
+	require.ErrorIs(t, s.Publish(ctx), ErrUnavailable)
+	require.ErrorIs(t, st.Delete(ctx, k), ErrUnavailable)
+	_, err = st.SweepStaged(ctx, time.Now(), 10)
+	require.ErrorIs(t, err, ErrUnavailable)
+
+	srv.Restart(t)
+	_, err = st.Open(ctx, k)
+	require.ErrorIs(t, err, ErrNotFound, "nothing of the interrupted upload is visible")
+	// The interrupted upload's parts may remain (its abort could not be
+	// sent); the sweep drops them.
+	_, err = st.SweepStaged(ctx, time.Now().Add(time.Hour), 10)
+	require.NoError(t, err)
+	up, err := srv.Client().ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	require.NoError(t, err)
+	require.Empty(t, up.Uploads)
+	s, err = st.Stage(ctx, k, strings.NewReader("after"), 100)
+	require.NoError(t, err)
+	require.NoError(t, s.Publish(ctx))
+}
+
+func TestParseS3URL(t *testing.T) {
+	t.Parallel()
+	got, err := ParseS3URL("s3://my-bucket/jobplane/prod?endpoint=http://127.0.0.1:8333&region=eu-west-1")
+	require.NoError(t, err)
+	require.Equal(t, S3Config{Bucket: "my-bucket", Prefix: "jobplane/prod", Endpoint: "http://127.0.0.1:8333", Region: "eu-west-1"}, got)
+	got, err = ParseS3URL("s3://b12?endpoint=https://s3.example.com")
+	require.NoError(t, err)
+	require.Equal(t, S3Config{Bucket: "b12", Endpoint: "https://s3.example.com"}, got)
+	for _, bad := range []string{
+		"", "file:///x", "s3://Bad_Bucket?endpoint=http://h", "s3://b?endpoint=http://h", "s3://bucket",
+		"s3://bucket?endpoint=ftp://h", "s3://bucket?endpoint=http://h&color=red", "s3://key:secret@bucket?endpoint=http://h",
+		"s3://bucket/../x?endpoint=http://h", "s3://bucket/a//b?endpoint=http://h", "s3://bucket/.x?endpoint=http://h",
+	} {
+		_, err := ParseS3URL(bad)
+		require.Error(t, err, "ParseS3URL(%q)", bad)
+	}
+}
+
+func TestParseCredentialsFile(t *testing.T) {
+	t.Parallel()
+	file := []byte("# comment\n[default]\naws_access_key_id = AK1\naws_secret_access_key=SK1\n\n[profile ci]\naws_access_key_id = AK2\naws_secret_access_key = SK2\naws_session_token = T2\nregion = x\n[broken]\naws_access_key_id = AK3\n")
+	c, err := ParseCredentialsFile(file, "")
+	require.NoError(t, err)
+	require.Equal(t, [3]string{"AK1", "SK1", ""}, [3]string{c.AccessKeyID, c.SecretAccessKey, c.SessionToken})
+	c, err = ParseCredentialsFile(file, "ci")
+	require.NoError(t, err)
+	require.Equal(t, [3]string{"AK2", "SK2", "T2"}, [3]string{c.AccessKeyID, c.SecretAccessKey, c.SessionToken})
+	_, err = ParseCredentialsFile(file, "broken")
+	require.ErrorIs(t, err, ErrNoCredentials)
+	_, err = ParseCredentialsFile(file, "missing")
+	require.ErrorIs(t, err, ErrNoCredentials)
+	_, err = ParseCredentialsFile([]byte("[default\n"), "")
+	require.Error(t, err)
+}

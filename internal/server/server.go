@@ -34,6 +34,7 @@ type Server struct {
 	log      *slog.Logger
 	clock    clock.Clock
 	store    store.Store
+	objs     objectStore
 	svc      *control.Service
 	metrics  *metrics.Metrics
 	sealer   *audit.Sealer
@@ -123,7 +124,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
-	arts, sources, err := openArtifacts(cfg)
+	arts, objs, sources, err := openArtifacts(ctx, cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -165,7 +166,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		GitHub:    gh.webhook,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, svc: svc, ln: ln, metrics: mets,
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, objs: objs, svc: svc, ln: ln, metrics: mets,
 		http: &http.Server{Handler: withMetrics(web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})), mets, opts.Clock),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
@@ -267,5 +268,5 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
-	return errors.Join(err, s.store.Close())
+	return errors.Join(err, s.store.Close(), s.objs.Close())
 }
