@@ -283,6 +283,7 @@ type job struct {
 	leaseTTL    string // e.g. "2s"; empty for the default
 	maxAttempts int
 	backoff     string
+	extra       string // more top-level YAML, appended as is
 }
 
 func (j job) yaml() string {
@@ -301,6 +302,7 @@ func (j job) yaml() string {
 	} else {
 		fmt.Fprintf(&b, "retries: {max_attempts: %d}\n", n)
 	}
+	b.WriteString(j.extra)
 	return b.String()
 }
 
