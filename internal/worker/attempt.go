@@ -2,21 +2,19 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -31,10 +29,6 @@ const (
 	reasonShutdown   = "worker shutting down"
 )
 
-// readerDrain bounds the wait for output after the process group is gone:
-// a process that left the group (setsid) may still hold the pipes.
-const readerDrain = 2 * time.Second
-
 // attempt is one assigned attempt being executed.
 type attempt struct {
 	w        *Worker
@@ -48,12 +42,12 @@ type attempt struct {
 	finished chan struct{}
 
 	mu         sync.Mutex
-	trust      time.Time // stop acting at this instant unless renewed
-	lost       bool      // lease gone or trust ended: send nothing more
-	reason     string    // first stop reason
-	relinquish bool      // give the attempt back instead of a result
-	proc       *process
-	artifacts  []string // stored artifact IDs, for the result
+	trust      time.Time    // stop acting at this instant unless renewed
+	lost       bool         // lease gone or trust ended: send nothing more
+	reason     string       // first stop reason
+	relinquish bool         // give the attempt back instead of a result
+	job        executor.Job // nil until started
+	artifacts  []string     // stored artifact IDs, for the result
 	// masker hides the credentials the job holds; atomic because lines are
 	// emitted with and without mu held.
 	masker atomic.Pointer[creds.Masker]
@@ -154,14 +148,19 @@ func (a *attempt) freshen(ctx context.Context, claimSent time.Time) (time.Time, 
 	return time.Time{}, false
 }
 
-// extend moves the trust window after a renew sent at sent succeeded.
+// extend moves the trust window after a renew sent at sent succeeded, and
+// tells the executor, whose job must be gone by the window's end.
 func (a *attempt) extend(sent time.Time) {
 	t := capAt(trustUntil(sent, a.ttl), a.deadline)
 	a.mu.Lock()
 	if t.After(a.trust) {
 		a.trust = t
 	}
+	job, trust := a.job, a.trust
 	a.mu.Unlock()
+	if job != nil {
+		job.Extend(trust)
+	}
 }
 
 // trusted reports whether the worker may still act for the attempt.
@@ -192,7 +191,7 @@ func (a *attempt) stop(reason string, hard bool) {
 		a.reason = reason
 		a.relinquish = reason == reasonShutdown
 	}
-	p := a.proc
+	job := a.job
 	grace := min(a.w.killGrace, a.trust.Sub(a.w.clk.Now()))
 	lost := a.lost
 	a.mu.Unlock()
@@ -202,13 +201,13 @@ func (a *attempt) stop(reason string, hard bool) {
 			a.system("jobplane: stopping job: " + reason)
 		}
 	}
-	if p == nil || (!first && !hard) {
+	if job == nil || (!first && !hard) {
 		return
 	}
 	if hard {
 		grace = 0
 	}
-	p.terminate(grace)
+	job.Stop(grace)
 }
 
 // loseLease ends the attempt at once: the server says another runner may
@@ -350,72 +349,48 @@ func workName(attemptID string) string {
 	return "h" + protocol.SHA256Hex([]byte(attemptID))[:32]
 }
 
-// execute prepares the directories and environment, runs the process to
-// its end and streams its output. It returns the result to report.
+// execute prepares the attempt's directory and environment, runs the job
+// through the executor to its end and uploads its artifacts. It returns the
+// result to report.
 func (a *attempt) execute() (outcome string, code int, summary string) {
 	root := filepath.Join(a.w.cfg.StateDir, "work", workName(a.asg.AttemptID))
 	defer os.RemoveAll(root)
-	workspace := filepath.Join(root, "workspace")
-	artifacts := filepath.Join(root, "artifacts")
-	paramsFile := filepath.Join(root, "params.json")
-	env, err := a.prepare(root, workspace, artifacts, paramsFile)
+	host := executor.Layout{
+		Root:       root,
+		Workspace:  filepath.Join(root, "workspace"),
+		Artifacts:  filepath.Join(root, "artifacts"),
+		ParamsFile: filepath.Join(root, "params.json"),
+	}
+	env, err := a.prepare(host)
 	if err != nil {
 		a.system("jobplane: cannot start job: " + err.Error())
 		return "failed", -1, "setup: " + err.Error()
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return "failed", -1, "setup: " + err.Error()
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return "failed", -1, "setup: " + err.Error()
+	spec := &executor.Spec{
+		Runner: a.w.rc.RunnerID, Run: a.asg.RunID, Attempt: a.asg.AttemptID, Job: a.asg.Job.Name,
+		AttemptNumber: a.asg.AttemptNumber, Command: a.asg.Job.Command, Env: env, Layout: host,
+		Output: func(stream, line string) { a.emit(stream, line) },
 	}
 
 	a.mu.Lock()
 	if a.reason != "" {
 		reason := a.reason
 		a.mu.Unlock()
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
 		return "failed", -1, reason
 	}
+	spec.Until = a.trust
 	a.system(fmt.Sprintf("jobplane: starting attempt %d of job %s on runner %s: %s",
 		a.asg.AttemptNumber, a.asg.Job.Name, a.w.rc.RunnerID, strings.Join(a.asg.Job.Command, " ")))
-	p, err := startProcess(a.asg.Job.Command, workspace, env, outW, errW)
-	a.proc = p
+	job, err := a.w.exec.Start(context.Background(), spec)
+	a.job = job
 	a.mu.Unlock()
-	// The child has its own copies; ours must go so that EOF comes when the
-	// job's processes are gone.
-	outW.Close()
-	errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
 		a.system("jobplane: cannot start job: " + err.Error())
 		return "failed", 127, "start: " + err.Error()
 	}
 
-	var readers sync.WaitGroup
-	readers.Go(func() { readLines(outR, func(s string) { a.emit("stdout", s) }) })
-	readers.Go(func() { readLines(errR, func(s string) { a.emit("stderr", s) }) })
-	werr := p.wait()
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(readerDrain):
-		a.log.Warn("worker: job output still open after exit; closing it")
-	}
-	outR.Close()
-	errR.Close()
-	<-drained
-
-	code, summary = exitStatus(werr)
+	exit := job.Wait()
+	code, summary = exit.Code, exit.Summary
 	if len(a.asg.Artifacts) == 0 {
 		// Nothing is left to do before the result: the last lines go with
 		// it (closeKeepingLast), one call less, whatever the ticker does.
@@ -423,7 +398,7 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 		a.logs.hold()
 	}
 	a.system("jobplane: process ended: " + summary)
-	a.artifacts = a.uploadArtifacts(artifacts)
+	a.artifacts = a.uploadArtifacts(host.Artifacts)
 	a.mu.Lock()
 	reason := a.reason
 	a.mu.Unlock()
@@ -438,22 +413,25 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 	}
 }
 
-func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]string, error) {
-	if err := os.RemoveAll(root); err != nil {
+// prepare makes the attempt's directory at host and returns the job's
+// environment, with the paths as the executor's job sees them.
+func (a *attempt) prepare(host executor.Layout) ([]string, error) {
+	if err := os.RemoveAll(host.Root); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{workspace, artifacts} {
+	for _, d := range []string{host.Workspace, host.Artifacts} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if err := a.fetchSource(workspace); err != nil {
+	if err := a.fetchSource(host.Workspace); err != nil {
 		return nil, err
 	}
-	if err := writeParamsFile(paramsFile, a.asg.Params); err != nil {
+	if err := writeParamsFile(host.ParamsFile, a.asg.Params); err != nil {
 		return nil, err
 	}
-	env, err := jobEnv(os.Getenv, a.w.cfg.Server, a.asg, paramsFile, artifacts)
+	seen := a.w.exec.Layout(host)
+	env, err := jobEnv(os.Getenv, a.w.cfg.Server, a.asg, seen.ParamsFile, seen.Artifacts)
 	if err != nil {
 		return nil, err
 	}
@@ -483,21 +461,6 @@ func (a *attempt) prepare(root, workspace, artifacts, paramsFile string) ([]stri
 	}
 	a.masker.Store(creds.NewMasker(mask...))
 	return env, nil
-}
-
-// exitStatus describes how the process ended.
-func exitStatus(err error) (int, string) {
-	if err == nil {
-		return 0, "exit status 0"
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), "killed by signal " + ws.Signal().String()
-		}
-		return ee.ExitCode(), fmt.Sprintf("exit status %d", ee.ExitCode())
-	}
-	return -1, err.Error()
 }
 
 // finish reports the attempt: a result, or a relinquish on shutdown. Neither

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/executor"
+	"github.com/jobplane/jobplane/internal/executor/process"
 )
 
 // Config configures a Worker.
@@ -43,6 +45,8 @@ type Config struct {
 	// HTTP is the HTTP client; its Timeout, if set, must exceed WaitSeconds.
 	// Default: apiclient's client (timeout apiclient.DefaultTimeout).
 	HTTP *http.Client
+	// Executor runs the jobs. Default: a process executor.
+	Executor executor.Executor
 }
 
 // ConfigError names the bad field of a Config.
@@ -71,6 +75,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.Executor == nil {
+		c.Executor = process.New()
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package worker is the runner agent behind `jobplane worker`: it keeps a
-// runner identity, claims attempts, runs each as a child process, streams its
-// output, renews the attempt's lease and reports the result, speaking to the
-// server only through apiclient and the published protocol.
+// runner identity, claims attempts, runs each through an executor (a child
+// process by default; see internal/executor), streams its output, renews the
+// attempt's lease and reports the result, speaking to the server only
+// through apiclient and the published protocol.
 //
 // # Identity
 //
@@ -41,9 +42,10 @@
 //
 // # Stopping a job
 //
-// A job is stopped by signalling its process group: SIGTERM, then SIGKILL
-// after a grace period that never runs past the trust window, or SIGKILL at
-// once when the lease is lost. Reasons (cancel requested, timed out, lease
+// A job is stopped through its executor: SIGTERM (or its equivalent), then
+// a kill after a grace period that never runs past the trust window, or a
+// kill at once when the lease is lost. Each new end of the trust window is
+// handed to the executor too (executor.Job.Extend). Reasons (cancel requested, timed out, lease
 // lost, trust window ended, worker shutting down) are recorded as system log
 // lines. On shutdown (Run's context cancelled) the worker takes no new claims,
 // stops its jobs and relinquishes their attempts, so each run gets a fresh

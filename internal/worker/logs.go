@@ -1,18 +1,13 @@
 package worker
 
 import (
-	"bufio"
-	"io"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 const (
-	// maxLineBytes caps one log line; longer lines are split.
-	maxLineBytes = 64 << 10
 	// maxChunkLines and maxChunkBytes bound one LogsRequest. Text can grow
 	// up to 6× when JSON-escaped, and a request must stay under the
 	// server's 1 MiB body limit.
@@ -22,44 +17,6 @@ const (
 	// job's writes block (the pipe applies back-pressure).
 	maxPendingBytes = 8 << 20
 )
-
-// readLines calls emit for each line of r, without its line ending. A line
-// longer than maxLineBytes is emitted in pieces, cut on UTF-8 boundaries.
-func readLines(r io.Reader, emit func(string)) {
-	// The reader's buffer leaves room for a carried partial rune (≤ 3 bytes).
-	br := bufio.NewReaderSize(r, maxLineBytes-utf8.UTFMax)
-	var carry []byte
-	for {
-		frag, isPrefix, err := br.ReadLine()
-		if err != nil {
-			if len(carry) > 0 {
-				emit(string(carry))
-			}
-			return
-		}
-		buf := append(carry, frag...)
-		carry = nil
-		if isPrefix {
-			cut := runeBoundary(buf)
-			carry = append([]byte(nil), buf[cut:]...)
-			buf = buf[:cut]
-		}
-		emit(string(buf))
-	}
-}
-
-// runeBoundary returns the length of b without a trailing incomplete rune.
-func runeBoundary(b []byte) int {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if utf8.FullRune(b[i:]) {
-				return len(b)
-			}
-			return i
-		}
-	}
-	return len(b)
-}
 
 // shipper batches an attempt's log lines and sends them in order, each chunk
 // with its own seq, retried with the same seq until accepted.

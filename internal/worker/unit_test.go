@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,22 +34,6 @@ func TestTrustUntil(t *testing.T) {
 	dl := jobDeadline(sent, 600, 30*time.Second)
 	require.Equal(t, 597*time.Second, dl.Sub(sent))
 	require.Equal(t, dl, capAt(trustUntil(sent.Add(590*time.Second), 30*time.Second), dl), "never trust beyond the job deadline")
-}
-
-func TestReadLinesSplitsLongLinesOnRuneBoundaries(t *testing.T) {
-	t.Parallel()
-	long := strings.Repeat("é", maxLineBytes) // 2 bytes each: 128 KiB
-	in := "a\r\n" + long + "\nlast"
-	var got []string
-	readLines(strings.NewReader(in), func(s string) { got = append(got, s) })
-	require.Equal(t, "a", got[0])
-	require.Equal(t, "last", got[len(got)-1])
-	joined := strings.Join(got[1:len(got)-1], "")
-	require.Equal(t, long, joined)
-	for _, piece := range got {
-		require.LessOrEqual(t, len(piece), maxLineBytes)
-		require.True(t, strings.ToValidUTF8(piece, "?") == piece, "a piece was cut inside a rune")
-	}
 }
 
 func TestParamVars(t *testing.T) {

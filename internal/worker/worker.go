@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -20,6 +21,8 @@ type Worker struct {
 	log *slog.Logger
 	clk clock.Clock
 	rc  *apiclient.RunnerClient
+	// exec starts and stops the jobs.
+	exec executor.Executor
 	// results coalesces the results of attempts that end together.
 	results *resultSender
 
@@ -48,6 +51,7 @@ func New(cfg Config) (*Worker, error) {
 		log:            cfg.Logger,
 		clk:            cfg.Clock,
 		rc:             rc,
+		exec:           cfg.Executor,
 		results:        &resultSender{rc: rc},
 		heartbeatEvery: 10 * time.Second,
 		backoffBase:    500 * time.Millisecond,
