@@ -55,7 +55,6 @@ type Job struct {
 	Connectors map[string]string `json:"connectors,omitempty"`
 	Artifacts  []Artifact        `json:"artifacts,omitempty"`
 	Source     *Source           `json:"source,omitempty"`
-	Retention  *Retention        `json:"retention,omitempty"`
 	Schedule   *Schedule         `json:"schedule,omitempty"`
 	On         *On               `json:"on,omitempty"`
 
@@ -185,7 +184,6 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 		},
 		"artifacts": func(v ast.Node, f string) { j.parseArtifacts(d, v, f) },
 		"source":    func(v ast.Node, f string) { j.parseSource(d, v, f) },
-		"retention": func(v ast.Node, f string) { j.parseRetention(d, v, f) },
 		"schedule":  func(v ast.Node, f string) { scheduleNode = v },
 		"on":        func(v ast.Node, f string) { j.parseOn(d, v, f) },
 	})

@@ -54,9 +54,6 @@ type Server struct {
 	// Storage is where artifacts, archived logs and staged source
 	// archives are kept (config/storage.go).
 	Storage Storage
-	// Retention is how long logs and artifacts of ended runs are kept when
-	// their job does not say (config/retention.go).
-	Retention Retention
 }
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -132,9 +129,6 @@ func (c *Server) Validate() error {
 		return &FieldError{Field: "--sync-interval", Message: "must be at least 1s"}
 	}
 	if _, _, err := c.Storage.S3(); err != nil {
-		return err
-	}
-	if err := c.Retention.Validate(); err != nil {
 		return err
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
