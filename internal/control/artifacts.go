@@ -265,6 +265,34 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	return &protocol.UploadResponse{ArtifactID: art.ID, Size: art.Size, SHA256: art.SHA256}, nil
 }
 
+// StagedUploadSweepInterval is how often SweepStagedUploads runs.
+const StagedUploadSweepInterval = 10 * time.Minute
+
+// stagedUploadBatch bounds one sweep's removals.
+const stagedUploadBatch = 100
+
+// SweepStagedUploads drops staged uploads older than the upload timeout
+// plus a margin, which only a server killed in the middle of an upload
+// leaves (an upload in flight is younger: its body must arrive within the
+// timeout). It is safe on every replica at once: with a shared S3 store
+// aborting an upload twice is harmless, and a filesystem store is the
+// replica's own.
+func (s *Service) SweepStagedUploads(ctx context.Context) (int, error) {
+	if s.art.Storage == nil {
+		return 0, nil
+	}
+	cutoff := s.clock.Now().Add(-s.UploadTimeout() - 5*time.Minute)
+	n, err := s.art.Storage.SweepStaged(ctx, cutoff, stagedUploadBatch)
+	if n > 0 {
+		s.obs.Swept("staged_upload", n)
+		s.log.InfoContext(ctx, "control: swept staged uploads", "count", n)
+	}
+	if err != nil {
+		return n, fmt.Errorf("sweep staged uploads: %w", err)
+	}
+	return n, nil
+}
+
 // checkLive refuses unless the attempt still holds the lease leaseDigest
 // names: capabilities and tickets are only as good as the attempt that
 // obtained them (RELIABILITY A3, ST2).

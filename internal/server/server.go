@@ -203,6 +203,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		_, err := svc.PurgeNonces(ctx)
 		return err
 	})
+	s.loop(bg, "staged upload sweep", control.StagedUploadSweepInterval, func(ctx context.Context) error {
+		_, err := svc.SweepStagedUploads(ctx)
+		return err
+	})
 	s.startGitHub(bg, gh)
 	go func() { s.serveErr <- s.http.Serve(ln) }()
 	s.log.Info("server: listening", "addr", ln.Addr().String(), "db", driverOf(cfg.DB), "channels", cfg.Channels)
