@@ -13,6 +13,8 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -156,7 +158,7 @@ func (s *statusOnly) Header() http.Header         { return s.header }
 func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusOnly) WriteHeader(code int)        { s.status = code }
 
-func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor)) http.HandlerFunc {
+func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, principal.Actor)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := authn.BearerToken(r); ok && looksLikeJWS(tok) {
 			// A job's run token grants nothing here; say so, and audit the
@@ -174,7 +176,7 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, control.Actor
 			return
 		}
 		// Everything the request does is in its principal's tenant (MT3).
-		fn(w, r.WithContext(store.WithTenant(r.Context(), p.Tenant)), control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
+		fn(w, r.WithContext(store.WithTenant(r.Context(), p.Tenant)), principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin})
 	}
 }
 
@@ -201,9 +203,9 @@ func looksLikeJWS(tok string) bool { return strings.Count(tok, ".") == 2 }
 // deferredNonce lists the hot signed routes that record their nonce in the
 // first transaction they commit (authn.VerifyRunnerDeferred) rather than in
 // one of its own: a run's claim, renewals, log chunks and result. Every
-// write these routes make before that goes through the group committer or
-// Service.inTx, which record it; an answer they write without one records
-// it first (nonceGate).
+// write these routes make before that goes through store.Store.InTxNonce
+// with the call's nonce, which records it; an answer they write without
+// one records it first (watchCrossTenant).
 var deferredNonce = map[string]bool{
 	"/v1/runner/claim":          true,
 	"/v1/runner/attempt/renew":  true,
@@ -223,7 +225,7 @@ func (h *Handler) signed(fn func(http.ResponseWriter, *http.Request, *authn.Sign
 			writeError(w, h.log, err)
 			return
 		}
-		ctx := authn.WithPendingNonce(store.WithTenant(r.Context(), call.Runner.Tenant), call.Nonce)
+		ctx := store.WithTenant(r.Context(), call.Runner.Tenant)
 		h.watchCrossTenant(w, r.WithContext(ctx), call, fn) // MT2 audit: api/crosstenant.go
 	}
 }
@@ -249,7 +251,7 @@ func decode(body []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("invalid JSON body: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("invalid JSON body: %w", err))
 	}
 	if dec.More() {
 		return fmt.Errorf("invalid JSON body: trailing data: %w", protocol.ErrBadRequest)
@@ -282,52 +284,17 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 // problemOf is the problem+json body that answers err, also where an error
 // answers one item of a batch (POST /v1/runner/results, /v1/runs/batch).
 func problemOf(log *slog.Logger, err error) protocol.Problem {
-	var pe *protocol.Error
-	p := protocol.Problem{Type: "about:blank"}
-	if errors.As(err, &pe) {
-		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
-		p.Detail = detail(err, pe)
-	} else {
+	p, failed := problem.Of(err)
+	switch {
+	case !failed:
+	case errors.Is(err, context.Canceled):
 		// A canceled request is a caller that hung up (or a server
 		// stopping): nobody reads the answer, and nothing went wrong.
-		if errors.Is(err, context.Canceled) {
-			log.Debug("api: request canceled", "err", err)
-		} else {
-			log.Error("api: internal error", "err", err)
-		}
-		p.Status, p.Code, p.Title = http.StatusInternalServerError, protocol.CodeInternal, "Internal error"
-	}
-	var fe *control.FieldError
-	if errors.As(err, &fe) {
-		p.Field = fe.Field
-	}
-	var re *control.RunRefError
-	if errors.As(err, &re) {
-		p.RunID = re.RunID
-	}
-	var de *control.DeniedError
-	if errors.As(err, &de) {
-		p.RunID = de.RunID
-		p.Decision = de.Decision
-	}
-	var se *authn.SkewError
-	if errors.As(err, &se) {
-		p.ServerTime = se.ServerTime.Unix()
+		log.Debug("api: request canceled", "err", err)
+	default:
+		log.Error("api: internal error", "err", err)
 	}
 	return p
-}
-
-// detail strips the trailing ": code" the sentinel wrapping leaves, and any
-// wrapped driver error text after it, so that internals do not leak.
-func detail(err error, pe *protocol.Error) string {
-	s := err.Error()
-	if i := strings.Index(s, ": "+pe.Code); i >= 0 {
-		return s[:i]
-	}
-	if s == pe.Code {
-		return ""
-	}
-	return s
 }
 
 func queryInt(r *http.Request, key string) (int64, error) {

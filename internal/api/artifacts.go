@@ -9,7 +9,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -86,7 +86,7 @@ func (h *Handler) downloadSource(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) listArtifacts(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listArtifacts(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	arts, err := h.svc.RunArtifacts(r.Context(), actor, r.PathValue("id"))
 	if err != nil {
 		writeError(w, h.log, err)
@@ -95,7 +95,7 @@ func (h *Handler) listArtifacts(w http.ResponseWriter, r *http.Request, actor co
 	writeJSON(w, http.StatusOK, protocol.ArtifactList{Artifacts: arts})
 }
 
-func (h *Handler) downloadArtifact(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) downloadArtifact(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	art, rc, err := h.svc.OpenArtifact(r.Context(), actor, r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
 		writeError(w, h.log, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -15,7 +16,7 @@ func (h *Handler) routesAudit(m *http.ServeMux) {
 }
 
 // listAudit pages the tenant's events: ?after=SEQ&limit=N&run=ID&actor=A&since=RFC3339.
-func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	after, err := queryInt(r, "after")
 	if err != nil {
 		writeError(w, h.log, err)
@@ -50,12 +51,12 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor contro
 // verifyAudit recomputes the chain: ?checkpoint=SEQ:HASH also checks it
 // against a head kept outside the database. A broken chain is still a 200:
 // the answer is the report.
-func (h *Handler) verifyAudit(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) verifyAudit(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var cp *audit.Checkpoint
 	if s := r.URL.Query().Get("checkpoint"); s != "" {
 		c, err := audit.ParseCheckpoint(s)
 		if err != nil {
-			writeError(w, h.log, fmt.Errorf("query %s: %w", err.Error(), protocol.ErrBadRequest))
+			writeError(w, h.log, protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("query %w", err)))
 			return
 		}
 		cp = &c

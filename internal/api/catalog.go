@@ -3,14 +3,14 @@ package api
 import (
 	"net/http"
 
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 )
 
 // Catalog API (PROTOCOL.md): jobs of a channel's active commit, and the
 // active and rejected commits of every channel. Reading needs any API
 // token; syncing is admin only.
 
-func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	q := r.URL.Query()
 	v, err := h.svc.ListJobs(r.Context(), actor, q.Get("channel"), q.Get("ref"))
 	if err != nil {
@@ -20,7 +20,7 @@ func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor control
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	q := r.URL.Query()
 	v, err := h.svc.ShowJob(r.Context(), actor, q.Get("channel"), q.Get("ref"), r.PathValue("name"))
 	if err != nil {
@@ -30,7 +30,7 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor control.A
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	v, err := h.svc.Catalogs(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -39,7 +39,7 @@ func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor con
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (h *Handler) syncCatalogs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) syncCatalogs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	v, err := h.svc.SyncCatalogs(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)

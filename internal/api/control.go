@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -43,7 +44,7 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-func (h *Handler) createRun(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createRun(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.RunRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -86,7 +87,7 @@ type runAnswer struct {
 	Error  *protocol.Problem `json:"error,omitempty"`
 }
 
-func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.RunsRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -115,7 +116,7 @@ func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor contr
 	}{answers})
 }
 
-func (h *Handler) getRun(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) getRun(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	v, err := h.svc.GetRun(r.Context(), actor, r.PathValue("id"))
 	if err != nil {
 		writeError(w, h.log, err)
@@ -124,7 +125,7 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request, actor control.A
 	writeJSON(w, http.StatusOK, runJSON(v))
 }
 
-func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	q := r.URL.Query()
 	limit, err := queryInt(r, "limit")
 	if err != nil {
@@ -143,7 +144,7 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request, actor control
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.CommentRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -157,8 +158,8 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, actor contro
 	writeJSON(w, http.StatusOK, runJSON(v))
 }
 
-func (h *Handler) verdict(approve bool) func(http.ResponseWriter, *http.Request, control.Actor) {
-	return func(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) verdict(approve bool) func(http.ResponseWriter, *http.Request, principal.Actor) {
+	return func(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 		var req protocol.CommentRequest
 		if err := readJSON(r, &req); err != nil {
 			writeError(w, h.log, err)
@@ -181,7 +182,7 @@ func lineJSON(l *store.LogLine) protocol.RunLogLine {
 	return protocol.RunLogLine{ID: l.ID, AttemptID: l.AttemptID, At: l.At.UTC(), Stream: l.Stream, Text: l.Text}
 }
 
-func (h *Handler) logs(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) logs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	after, err := queryInt(r, "after")
 	if err != nil {
 		writeError(w, h.log, err)
@@ -214,7 +215,7 @@ func (h *Handler) logs(w http.ResponseWriter, r *http.Request, actor control.Act
 // followLogs streams lines as server-sent events until the run has ended and
 // every line is sent. Each event's id is the line's cursor, so a client that
 // reconnects with Last-Event-ID loses and repeats nothing.
-func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, actor control.Actor, runID string, after int64) {
+func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, actor principal.Actor, runID string, after int64) {
 	ctx := r.Context()
 	// Check access before committing to a stream.
 	if _, _, err := h.svc.Logs(ctx, actor, runID, after, 1); err != nil {
@@ -266,7 +267,7 @@ func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, actor contr
 	}
 }
 
-func (h *Handler) createPrincipal(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createPrincipal(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.PrincipalRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -280,7 +281,7 @@ func (h *Handler) createPrincipal(w http.ResponseWriter, r *http.Request, actor 
 	writeJSON(w, http.StatusCreated, protocol.Principal{ID: p.ID, Tenant: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin, CreatedAt: p.CreatedAt.UTC()})
 }
 
-func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.PrincipalTokenRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -294,7 +295,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, actor cont
 	writeJSON(w, http.StatusCreated, resp)
 }
 
-func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	if err := h.svc.RevokeToken(r.Context(), actor, r.PathValue("id")); err != nil {
 		writeError(w, h.log, err)
 		return
@@ -302,7 +303,7 @@ func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request, actor cont
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (h *Handler) createRegToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createRegToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req protocol.RegistrationTokenRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
@@ -325,7 +326,7 @@ func runnerJSON(v control.RunnerView) protocol.Runner {
 	}
 }
 
-func (h *Handler) listRunners(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listRunners(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	rs, err := h.svc.ListRunners(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -338,8 +339,8 @@ func (h *Handler) listRunners(w http.ResponseWriter, r *http.Request, actor cont
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) setRunnerStatus(status string) func(http.ResponseWriter, *http.Request, control.Actor) {
-	return func(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) setRunnerStatus(status string) func(http.ResponseWriter, *http.Request, principal.Actor) {
+	return func(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 		rn, err := h.svc.SetRunnerStatus(r.Context(), actor, r.PathValue("id"), status)
 		if err != nil {
 			writeError(w, h.log, err)

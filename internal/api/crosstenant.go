@@ -24,7 +24,7 @@ func (h *Handler) watchCrossTenant(w http.ResponseWriter, r *http.Request, call 
 	ctx, flush := h.svc.WatchCrossTenant(r.Context(), r.URL.Path, call)
 	fw := &flushFirst{ResponseWriter: w, flush: flush, status: http.StatusOK}
 	if p := call.Nonce; p != nil {
-		fw.gate = func() error { return p.Record(context.WithoutCancel(r.Context())) }
+		fw.gate = func() error { return h.auth.RecordNonce(context.WithoutCancel(r.Context()), p) }
 		fw.log = h.log
 	}
 	fn(fw, r.WithContext(ctx), call)

@@ -10,6 +10,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -58,7 +59,7 @@ func installationID(r *http.Request) (int64, error) {
 
 // createInstallationPrincipal answers POST
 // /v1/github/installations/{id}/principals (operator admins).
-func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -79,7 +80,7 @@ func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Req
 
 // createInstallationToken answers POST
 // /v1/github/installations/{id}/principals/{name}/tokens (operator admins).
-func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -100,7 +101,7 @@ func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request
 
 // revokeInstallationToken answers DELETE
 // /v1/github/installations/{id}/tokens/{token} (operator admins).
-func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -115,7 +116,7 @@ func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request
 
 // createInstallationRegToken answers POST
 // /v1/github/installations/{id}/registration-tokens (operator admins).
-func (h *Handler) createInstallationRegToken(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) createInstallationRegToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || inst <= 0 {
 		writeError(w, h.log, fmt.Errorf("installation ID must be a positive integer: %w", protocol.ErrBadRequest))

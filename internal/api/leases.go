@@ -4,11 +4,11 @@ import (
 	"net/http"
 
 	"github.com/jobplane/jobplane/internal/authn"
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
-func (h *Handler) listLeases(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) listLeases(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	holders, err := h.svc.ListLeases(r.Context(), actor, r.URL.Query().Get("prefix"))
 	if err != nil {
 		writeError(w, h.log, err)
@@ -17,7 +17,7 @@ func (h *Handler) listLeases(w http.ResponseWriter, r *http.Request, actor contr
 	writeJSON(w, http.StatusOK, map[string]any{"leases": holders})
 }
 
-func (h *Handler) showLease(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) showLease(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	v, err := h.svc.ShowLease(r.Context(), actor, r.PathValue("key"))
 	if err != nil {
 		writeError(w, h.log, err)
@@ -26,7 +26,7 @@ func (h *Handler) showLease(w http.ResponseWriter, r *http.Request, actor contro
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req struct {
 		Reason string `json:"reason"`
 	}
@@ -70,7 +70,7 @@ func (h *Handler) verifyLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Key == "" || req.FencingToken <= 0 {
-		writeError(w, h.log, &control.FieldError{Field: "key", Err: protocol.ErrBadRequest})
+		writeError(w, h.log, &protocol.FieldError{Field: "key", Err: protocol.ErrBadRequest})
 		return
 	}
 	current, runID, err := h.svc.VerifyLease(r.Context(), tenant, req.Key, req.FencingToken)

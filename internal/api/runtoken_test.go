@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -184,7 +185,7 @@ func tenantOf(t *testing.T, st store.Store) string {
 	return tn.ID
 }
 
-func adminActor(t *testing.T, st store.Store) control.Actor {
+func adminActor(t *testing.T, st store.Store) principal.Actor {
 	t.Helper()
-	return control.Actor{TenantID: tenantOf(t, st), Name: "admin", Kind: "user", Admin: true}
+	return principal.Actor{TenantID: tenantOf(t, st), Name: "admin", Kind: "user", Admin: true}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -47,7 +48,7 @@ func (h *Handler) runIdentity(w http.ResponseWriter, r *http.Request, c *control
 	})
 }
 
-func (h *Handler) rotateSigningKeys(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) rotateSigningKeys(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	kid, err := h.svc.RotateSigningKeys(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -66,7 +67,7 @@ func (h *Handler) runConnectors(w http.ResponseWriter, r *http.Request, c *contr
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor control.Actor) {
+func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	var req struct {
 		Value string `json:"value"`
 	}

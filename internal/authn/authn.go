@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
@@ -83,77 +82,27 @@ type SignedCall struct {
 	Lease   string
 	Body    []byte
 	// Nonce is set when the nonce is not recorded yet
-	// (VerifyRunnerDeferred).
-	Nonce *PendingNonce
-}
-
-// PendingNonce is a verified request's nonce that its route records in the
-// first transaction it commits: the group committer inserts it with the
-// group's other nonces and refuses the call, without running it, when the
-// nonce is known. Whatever the route does without such a transaction, Record
-// records it on its own before the answer is written.
-type PendingNonce struct {
-	store.Nonce
-	st Store
-
-	mu       sync.Mutex
-	recorded bool
-}
-
-// Recorded reports whether a committed transaction holds the nonce.
-func (p *PendingNonce) Recorded() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.recorded
-}
-
-// SetRecorded is called once a transaction that inserted the nonce committed.
-func (p *PendingNonce) SetRecorded() {
-	p.mu.Lock()
-	p.recorded = true
-	p.mu.Unlock()
+	// (VerifyRunnerDeferred): the route's first committed transaction
+	// records it (store.Store.InTxNonce), and RecordNonce does before any
+	// answer the route writes without one.
+	Nonce *store.PendingNonce
 }
 
 // ErrReplay is the refusal of a request whose nonce is known.
 func ErrReplay() error { return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused) }
 
-// Record records the nonce on its own unless that was done: a replay is
-// ErrNonceReused, and a nonce that could not be recorded fails closed.
-func (p *PendingNonce) Record(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.recorded {
-		return nil
-	}
-	err := p.st.NonceInsert(ctx, p.RunnerID, p.Nonce.Nonce, p.ExpiresAt)
-	if errors.Is(err, store.ErrAlreadyExists) {
+// RecordNonce records a call's pending nonce on its own, unless a
+// transaction of its route did: a replay is ErrNonceReused, and a nonce
+// that could not be recorded fails closed.
+func (a *Authenticator) RecordNonce(ctx context.Context, p *store.PendingNonce) error {
+	err := p.Record(ctx, a.Store)
+	if errors.Is(err, store.ErrReplay) {
 		return ErrReplay()
 	}
 	if err != nil {
 		return fmt.Errorf("record nonce: %w: %w", protocol.ErrUnavailable, err)
 	}
-	p.recorded = true
 	return nil
-}
-
-type pendingKey struct{}
-
-// WithPendingNonce carries a call's pending nonce (nil: none) to the
-// transactions of its route.
-func WithPendingNonce(ctx context.Context, p *PendingNonce) context.Context {
-	if p == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, pendingKey{}, p)
-}
-
-// PendingNonceOf is the call's nonce if it is not recorded yet, else nil.
-func PendingNonceOf(ctx context.Context) *PendingNonce {
-	p, _ := ctx.Value(pendingKey{}).(*PendingNonce)
-	if p == nil || p.Recorded() {
-		return nil
-	}
-	return p
 }
 
 // ReadBody reads at most protocol.MaxBodyBytes; more is ErrTooLarge after
@@ -189,8 +138,8 @@ func (a *Authenticator) VerifyRunner(ctx context.Context, r *http.Request) (*Sig
 
 // VerifyRunnerDeferred is VerifyRunner for a route that records the nonce
 // in its own first transaction: the call's Nonce is pending, and the route
-// must record it (PendingNonce) before anything it does commits or any
-// answer is written. It spares a hot call a statement and a commit of its
+// must record it (store.Store.InTxNonce, or RecordNonce) before anything
+// it does commits or any answer is written. It spares a hot call a statement and a commit of its
 // own; a replay is refused as surely, by the same unique row.
 func (a *Authenticator) VerifyRunnerDeferred(ctx context.Context, r *http.Request) (*SignedCall, error) {
 	return a.verifyRunner(ctx, r, true)
@@ -263,14 +212,11 @@ func (a *Authenticator) verifyRunner(ctx context.Context, r *http.Request, defer
 	}
 	// A replay is possible until its timestamp leaves the window, which is at
 	// most 2×skew after now; keep the nonce a little longer than that.
-	pending := &PendingNonce{
-		Nonce: store.Nonce{RunnerID: runnerID, Nonce: nonce, ExpiresAt: now.Add(2*skew + time.Second).UTC()},
-		st:    a.Store,
-	}
+	pending := store.NewPendingNonce(store.Nonce{RunnerID: runnerID, Nonce: nonce, ExpiresAt: now.Add(2*skew + time.Second).UTC()})
 	// A disabled runner's request is refused after its nonce is recorded, as
 	// PROTOCOL.md orders the checks: its replay is refused as a replay.
 	if !deferNonce || runner.Status != store.RunnerActive {
-		if err := pending.Record(ctx); err != nil {
+		if err := a.RecordNonce(ctx, pending); err != nil {
 			return nil, err
 		}
 	} else {

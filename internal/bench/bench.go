@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if c, ok := env.Server.Store().(interface{ Commits() int64 }); ok {
 		res.Transactions.Store = c.Commits() - commits0
 	}
-	cs := env.Server.Control().CommitStats()
+	cs := env.Server.Commits()
 	res.Transactions.Groups, res.Transactions.Bodies = cs.Transactions, cs.Bodies
 	res.Transactions.PerRun = math.Round(float64(res.Transactions.Store)/float64(2*cfg.Runs+cfg.Dispatch)*100) / 100
 	if err := v.Err(); err != nil {

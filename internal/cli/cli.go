@@ -61,6 +61,7 @@ type cliRoot struct {
 	Jobs       JobsCmd       `cmd:"" help:"List a channel's jobs or show one: definition, owners, runbook, who may run it."`
 	Validate   ValidateCmd   `cmd:"" help:"Validate a definitions repository (a directory on disk or a revision) and run its policy tests."`
 	Diff       DiffCmd       `cmd:"" help:"Show who gains or loses the right to run which job between two revisions."`
+	Import     ImportCmd     `cmd:"" help:"Inventory and classify existing CI jobs, and write definitions for those that should move to jobplane."`
 	Secrets    SecretsCmd    `cmd:"" help:"Manage secrets (admin)."`
 	Audit      AuditCmd      `cmd:"" help:"Read, export (--json) or verify the audit log (admin)."`
 	Admin      AdminCmd      `cmd:"" help:"Administrative verbs."`

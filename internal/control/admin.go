@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -21,13 +22,6 @@ var (
 	labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$`)
 )
 
-func requireAdmin(actor Actor) error {
-	if !actor.Admin {
-		return fmt.Errorf("%s is not an admin: %w", actor.Name, protocol.ErrForbidden)
-	}
-	return nil
-}
-
 // EnsureAdmin creates the admin principal of the default tenant with this
 // bearer token (JOBPLANE_ADMIN_TOKEN), once.
 func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
@@ -35,7 +29,7 @@ func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
 	if len(token) < 16 {
 		return errors.New("JOBPLANE_ADMIN_TOKEN must be at least 16 characters")
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		t, err := tx.TenantEnsure(ctx, DefaultTenant, s.clock.NowOrNil())
 		if err != nil {
 			return err
@@ -68,19 +62,19 @@ func (s *Service) EnsureAdmin(ctx context.Context, token string) error {
 }
 
 // CreateRegistrationToken makes a single-use runner registration token.
-func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreateRegistrationToken(ctx context.Context, actor principal.Actor, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if req.Pool == "" {
 		req.Pool = "default"
 	}
 	if !nameRE.MatchString(req.Pool) {
-		return nil, &FieldError{Field: "pool", Err: fmt.Errorf("pool must match %s: %w", nameRE, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "pool", Err: fmt.Errorf("pool must match %s: %w", nameRE, protocol.ErrBadRequest)}
 	}
 	for _, l := range req.Labels {
 		if !labelRE.MatchString(l) {
-			return nil, &FieldError{Field: "labels", Err: fmt.Errorf("label %q must match %s: %w", l, labelRE, protocol.ErrBadRequest)}
+			return nil, &protocol.FieldError{Field: "labels", Err: fmt.Errorf("label %q must match %s: %w", l, labelRE, protocol.ErrBadRequest)}
 		}
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
@@ -88,7 +82,7 @@ func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req 
 	case req.TTLSeconds == 0:
 		ttl = time.Hour
 	case req.TTLSeconds < 0 || ttl > 30*24*time.Hour:
-		return nil, &FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 1..2592000: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 1..2592000: %w", protocol.ErrBadRequest)}
 	}
 	secret := "jpr_" + id.Secret(24)
 	var resp *protocol.TokenResponse
@@ -107,7 +101,7 @@ func (s *Service) CreateRegistrationToken(ctx context.Context, actor Actor, req 
 		resp = &protocol.TokenResponse{Token: secret, ExpiresAt: ptr(exp.UTC())}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "registration_token.created", req.Pool, map[string]any{"pool": req.Pool, "labels": req.Labels, "self_hosted": req.SelfHosted, "expires_at": exp.UTC()})
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // RunnerView is a runner with its leased attempts.
@@ -117,19 +111,19 @@ type RunnerView struct {
 }
 
 // ListRunners lists the tenant's runners.
-func (s *Service) ListRunners(ctx context.Context, actor Actor) ([]RunnerView, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ListRunners(ctx context.Context, actor principal.Actor) ([]RunnerView, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	rs, err := s.store.RunnerList(ctx, actor.TenantID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	out := make([]RunnerView, 0, len(rs))
 	for _, r := range rs {
 		atts, err := s.store.AttemptListLeasedByRunner(ctx, r.ID)
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		ids := []string{}
 		for _, a := range atts {
@@ -142,8 +136,8 @@ func (s *Service) ListRunners(ctx context.Context, actor Actor) ([]RunnerView, e
 
 // SetRunnerStatus disables or enables a runner. Disabling expires its leased
 // attempts at once, so their runs are retried elsewhere per policy.
-func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID string, status string) (*store.Runner, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) SetRunnerStatus(ctx context.Context, actor principal.Actor, runnerID string, status string) (*store.Runner, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	var out *store.Runner
@@ -198,7 +192,7 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 			}
 			for i, a := range ends {
 				a.LeaseExpiresAt = &now
-				if err := s.endAttempt(ctx, tx, nil, runs[i], a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
+				if err := s.endAttempt(ctx, tx, writeNow{tx}, runs[i], a, store.AttemptExpired, nil, now, actor.Name, "runner disabled"); err != nil {
 					return err
 				}
 			}
@@ -210,27 +204,27 @@ func (s *Service) SetRunnerStatus(ctx context.Context, actor Actor, runnerID str
 		return s.audit(ctx, tx, rn.Tenant, actor.Name, action, rn.ID, nil)
 	})
 	s.runnerLists.invalidate()
-	return out, mapStoreErr(err)
+	return out, store.Refusal(err)
 }
 
 // CreatePrincipal adds a user or service principal to the admin's tenant.
 // Its groups come from groups.yaml in Git, by name.
-func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protocol.PrincipalRequest) (*store.Principal, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreatePrincipal(ctx context.Context, actor principal.Actor, req *protocol.PrincipalRequest) (*store.Principal, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if !nameRE.MatchString(req.Name) {
-		return nil, &FieldError{Field: "name", Err: fmt.Errorf("name must match %s: %w", nameRE, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "name", Err: fmt.Errorf("name must match %s: %w", nameRE, protocol.ErrBadRequest)}
 	}
 	switch req.Kind {
 	case "":
 		req.Kind = "user"
 	case "user", "service":
 	default:
-		return nil, &FieldError{Field: "kind", Err: fmt.Errorf("kind must be user or service: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "kind", Err: fmt.Errorf("kind must be user or service: %w", protocol.ErrBadRequest)}
 	}
 	if req.Name == "scheduler" || req.Name == "github" || req.Name == "system" {
-		return nil, &FieldError{Field: "name", Err: fmt.Errorf("%q is a built-in service principal: %w", req.Name, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "name", Err: fmt.Errorf("%q is a built-in service principal: %w", req.Name, protocol.ErrBadRequest)}
 	}
 	var p *store.Principal
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
@@ -247,23 +241,23 @@ func (s *Service) CreatePrincipal(ctx context.Context, actor Actor, req *protoco
 		}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "principal.created", p.Name, map[string]any{"kind": p.Kind})
 	})
-	return p, mapStoreErr(err)
+	return p, store.Refusal(err)
 }
 
 // CreateToken issues an API token for a principal; the secret is shown once.
-func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) CreateToken(ctx context.Context, actor principal.Actor, name string, ttlSeconds int) (*protocol.TokenResponse, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if ttlSeconds < 0 || ttlSeconds > 366*24*3600 {
-		return nil, &FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 0 (no expiry) .. 31622400: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "ttl_seconds", Err: fmt.Errorf("ttl_seconds must be 0 (no expiry) .. 31622400: %w", protocol.ErrBadRequest)}
 	}
 	secret := "jpt_" + id.Secret(24)
 	var resp *protocol.TokenResponse
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		p, err := tx.PrincipalGetByName(ctx, actor.TenantID, principal)
+		p, err := tx.PrincipalGetByName(ctx, actor.TenantID, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("principal %s: %w", principal, protocol.ErrNotFound)
+			return fmt.Errorf("principal %s: %w", name, protocol.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -285,15 +279,15 @@ func (s *Service) CreateToken(ctx context.Context, actor Actor, principal string
 		}
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "token.created", p.Name, map[string]any{"token_id": t.ID, "expires_at": resp.ExpiresAt})
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // RevokeToken revokes an API token.
-func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) error {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) RevokeToken(ctx context.Context, actor principal.Actor, tokenID string) error {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return err
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.APITokenRevoke(ctx, actor.TenantID, tokenID, s.clock.NowOrNil()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("token %s: %w", tokenID, protocol.ErrNotFound)
@@ -305,13 +299,13 @@ func (s *Service) RevokeToken(ctx context.Context, actor Actor, tokenID string) 
 }
 
 // ListAudit reads the tenant's audit events after a sequence number (admin).
-func (s *Service) ListAudit(ctx context.Context, actor Actor, after int64, limit int) ([]*store.AuditEvent, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ListAudit(ctx context.Context, actor principal.Actor, after int64, limit int) ([]*store.AuditEvent, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
 	ev, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, Limit: limit})
-	return ev, mapStoreErr(err)
+	return ev, store.Refusal(err)
 }

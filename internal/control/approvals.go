@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -19,18 +20,18 @@ const (
 
 // Approve records an approval; the run enters the queue once the decision's
 // count of distinct approvers have approved.
-func (s *Service) Approve(ctx context.Context, actor Actor, runID, comment string) (*RunView, error) {
+func (s *Service) Approve(ctx context.Context, actor principal.Actor, runID, comment string) (*RunView, error) {
 	return s.verdict(ctx, actor, runID, VerdictApproved, comment)
 }
 
 // Reject records a rejection; one rejection by any named approver rejects the run.
-func (s *Service) Reject(ctx context.Context, actor Actor, runID, comment string) (*RunView, error) {
+func (s *Service) Reject(ctx context.Context, actor principal.Actor, runID, comment string) (*RunView, error) {
 	return s.verdict(ctx, actor, runID, VerdictRejected, comment)
 }
 
-func (s *Service) verdict(ctx context.Context, actor Actor, runID, verdict, comment string) (*RunView, error) {
+func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, verdict, comment string) (*RunView, error) {
 	if len(comment) > 2000 {
-		return nil, &FieldError{Field: "comment", Err: fmt.Errorf("comment is longer than 2000 characters: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "comment", Err: fmt.Errorf("comment is longer than 2000 characters: %w", protocol.ErrBadRequest)}
 	}
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		r, err := tx.RunGetByID(ctx, runID, true)
@@ -117,7 +118,7 @@ func (s *Service) verdict(ctx context.Context, actor Actor, runID, verdict, comm
 		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.approved", r.ID, details)
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return s.view(ctx, s.store, runID)
 }
@@ -128,12 +129,12 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 	ctx = store.WithSystem(ctx, "approval expiry") // cross-tenant by nature (docs/operations.md)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	cutoff := now.Add(-s.appTTL)
 	runs, err := s.store.RunListPendingApproval(ctx, cutoff, s.batch)
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	n := 0
 	for _, snap := range runs {
@@ -157,7 +158,7 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			return s.audit(ctx, tx, r.Tenant, "system:approvals", "run.expired", r.ID, map[string]any{"waited": s.appTTL.String()})
 		})
 		if err != nil {
-			return n, mapStoreErr(err)
+			return n, store.Refusal(err)
 		}
 	}
 	return n, nil

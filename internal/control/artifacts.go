@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -137,7 +138,7 @@ func (s *Service) RequestUpload(ctx context.Context, call *authn.SignedCall, req
 		}
 		key, err := artifact.Key(r.Tenant, r.ID, a.ID, req.Name)
 		if err != nil {
-			return fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidName)
+			return protocol.Refused(protocol.ErrInvalidName, err)
 		}
 		expires := now.Add(s.art.uploadTTL())
 		if a.Deadline != nil && a.Deadline.Before(expires) {
@@ -161,7 +162,7 @@ func (s *Service) RequestUpload(ctx context.Context, call *authn.SignedCall, req
 			map[string]any{"attempt": a.ID, "artifact": art.ID, "name": art.Name, "max_bytes": out.MaxBytes, "expires_at": expires.UTC()})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return out, nil
 }
@@ -185,7 +186,7 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 		return err
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	ctx = store.WithTenant(ctx, art.Tenant)
 	limit := art.MaxBytes
@@ -211,7 +212,7 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	case errors.Is(err, artifact.ErrUnavailable):
 		return nil, refuse(fmt.Errorf("stage %s: %s: %w", art.Name, err.Error(), protocol.ErrUnavailable))
 	case err != nil:
-		return nil, refuse(fmt.Errorf("upload of %s interrupted: %s: %w", art.Name, err.Error(), protocol.ErrBadRequest))
+		return nil, refuse(protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("upload of %s interrupted: %w", art.Name, err)))
 	}
 	defer staged.Discard()
 	if art.ExpectedSize > 0 && staged.Size() != art.ExpectedSize {
@@ -258,9 +259,9 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 		// tells which happened.
 		if !errors.Is(err, store.ErrCommitUnknown) {
 			_ = s.art.Storage.Delete(context.WithoutCancel(ctx), art.StorageKey)
-			return nil, refuse(mapStoreErr(err))
+			return nil, refuse(store.Refusal(err))
 		}
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return &protocol.UploadResponse{ArtifactID: art.ID, Size: art.Size, SHA256: art.SHA256}, nil
 }
@@ -338,14 +339,14 @@ func (s *Service) checkResultArtifacts(ctx context.Context, tx store.Tx, a *stor
 }
 
 // RunArtifacts lists a run's stored artifacts.
-func (s *Service) RunArtifacts(ctx context.Context, actor Actor, runID string) ([]protocol.Artifact, error) {
+func (s *Service) RunArtifacts(ctx context.Context, actor principal.Actor, runID string) ([]protocol.Artifact, error) {
 	v, err := s.GetRun(ctx, actor, runID)
 	if err != nil {
 		return nil, err
 	}
 	arts, err := s.store.ArtifactListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	number := map[string]int{}
 	for _, a := range v.Attempts {
@@ -364,7 +365,7 @@ func (s *Service) RunArtifacts(ctx context.Context, actor Actor, runID string) (
 
 // OpenArtifact opens the bytes of a run's artifact by name: the one of the
 // latest attempt that stored it.
-func (s *Service) OpenArtifact(ctx context.Context, actor Actor, runID, name string) (*protocol.Artifact, io.ReadCloser, error) {
+func (s *Service) OpenArtifact(ctx context.Context, actor principal.Actor, runID, name string) (*protocol.Artifact, io.ReadCloser, error) {
 	if err := artifact.ValidName(name); err != nil {
 		return nil, nil, fmt.Errorf("name %q: %w", name, protocol.ErrInvalidName)
 	}
@@ -383,7 +384,7 @@ func (s *Service) OpenArtifact(ctx context.Context, actor Actor, runID, name str
 	}
 	stored, err := s.store.ArtifactGetByID(ctx, found.ID)
 	if err != nil {
-		return nil, nil, mapStoreErr(err)
+		return nil, nil, store.Refusal(err)
 	}
 	rc, err := s.art.Storage.Open(ctx, stored.StorageKey)
 	if errors.Is(err, artifact.ErrNotFound) {

@@ -4,20 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/audit"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 )
-
-// auditEvent builds the row s.audit appends. Text is made valid UTF-8 here,
-// once, so that what is stored is what was hashed (PostgreSQL would refuse
-// invalid text; SQLite would keep bytes the canonical encoding cannot).
-func auditEvent(tenant, actor, action, subject string, details json.RawMessage, at time.Time) *store.AuditEvent {
-	v := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
-	return &store.AuditEvent{Tenant: v(tenant), Actor: v(actor), Action: v(action), Subject: v(subject), Details: details, At: at}
-}
 
 // holder names who holds an attempt's lease in audit details (RELIABILITY
 // AU1): the runner's registration, the incarnation of the claim (the
@@ -89,8 +81,8 @@ type AuditQuery struct {
 }
 
 // QueryAudit reads the tenant's audit events in sequence order (admin).
-func (s *Service) QueryAudit(ctx context.Context, actor Actor, q AuditQuery) ([]*store.AuditEvent, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) QueryAudit(ctx context.Context, actor principal.Actor, q AuditQuery) ([]*store.AuditEvent, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if q.Limit <= 0 || q.Limit > 1000 {
@@ -98,17 +90,17 @@ func (s *Service) QueryAudit(ctx context.Context, actor Actor, q AuditQuery) ([]
 	}
 	ev, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: q.After, RunID: q.RunID,
 		Actor: q.Actor, Since: q.Since, Limit: q.Limit})
-	return ev, mapStoreErr(err)
+	return ev, store.Refusal(err)
 }
 
 // VerifyAudit recomputes the whole hash chain (admin). The chain spans every
 // tenant, so the report names only sequence numbers and hashes.
-func (s *Service) VerifyAudit(ctx context.Context, actor Actor, cp *audit.Checkpoint) (*audit.Report, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) VerifyAudit(ctx context.Context, actor principal.Actor, cp *audit.Checkpoint) (*audit.Report, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	rep, err := audit.Verify(ctx, s.store, cp)
-	return rep, mapStoreErr(err)
+	return rep, store.Refusal(err)
 }
 
 // TimelineEntry is one state change of a run, from its audit trail.
@@ -136,7 +128,7 @@ func (s *Service) timeline(ctx context.Context, r *store.Run) ([]TimelineEntry, 
 	for after := int64(0); ; {
 		evs, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: r.Tenant, RunID: r.ID, After: after, Limit: 1000})
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		for _, e := range evs {
 			var d struct {

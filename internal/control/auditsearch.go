@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -27,8 +28,8 @@ const auditScanBudget = 20000
 // (admin). Subject, actor and start time are store filters; action and end
 // time are applied while paging, within a budget of events read. next is the cursor
 // to continue from (0 when the log is exhausted).
-func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (events []*store.AuditEvent, next int64, err error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) SearchAudit(ctx context.Context, actor principal.Actor, f AuditFilter) (events []*store.AuditEvent, next int64, err error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, 0, err
 	}
 	if f.Limit <= 0 || f.Limit > 500 {
@@ -39,7 +40,7 @@ func (s *Service) SearchAudit(ctx context.Context, actor Actor, f AuditFilter) (
 		page, err := s.store.AuditList(ctx, &store.AuditListParams{Tenant: actor.TenantID, After: after, RunID: f.RunID,
 			Actor: f.Actor, Since: f.Since, Limit: 1000})
 		if err != nil {
-			return nil, 0, mapStoreErr(err)
+			return nil, 0, store.Refusal(err)
 		}
 		for _, ev := range page {
 			after = ev.Seq

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -178,11 +179,11 @@ func (s *Service) LoadCatalogs(ctx context.Context) error {
 	}
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	rows, err := s.store.CatalogList(ctx, &store.CatalogListParams{Tenant: t.ID, Status: store.CatalogActive})
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	for _, c := range rows {
 		if err := cs.Seed(c.Channel, c.Branch, c.Commit); err != nil {
@@ -205,7 +206,7 @@ func (s *Service) RefreshCatalogs(ctx context.Context) error {
 	syncErr := cs.Sync(ctx)
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	var errs []error
 	for _, o := range cs.Observe(ctx) {
@@ -291,9 +292,9 @@ func (s *Service) reject(ctx context.Context, tenant string, o ChannelObservatio
 }
 
 // SyncCatalogs fetches and records now (admin), then answers the catalogs.
-func (s *Service) SyncCatalogs(ctx context.Context, actor Actor) (*CatalogsView, error) {
+func (s *Service) SyncCatalogs(ctx context.Context, actor principal.Actor) (*CatalogsView, error) {
 	ctx = store.WithSystem(ctx, "catalog sync") // cross-tenant by nature (docs/operations.md)
-	if err := requireAdmin(actor); err != nil {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if _, err := s.catalogSource(); err != nil {
@@ -308,7 +309,7 @@ func (s *Service) SyncCatalogs(ctx context.Context, actor Actor) (*CatalogsView,
 
 // Catalogs shows, for every channel branch, the active commit and when it
 // was activated, and the newest rejected commits with their errors.
-func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, error) {
+func (s *Service) Catalogs(ctx context.Context, actor principal.Actor) (*CatalogsView, error) {
 	in, err := s.installationOf(ctx, actor)
 	if err != nil {
 		return nil, err
@@ -328,12 +329,12 @@ func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, err
 			if c, err := s.store.CatalogGet(ctx, actor.TenantID, o.Channel, o.Branch, o.Active.Commit); err == nil {
 				v.ActivatedAt = ptr(c.LoadedAt.UTC())
 			} else if !errors.Is(err, store.ErrNotFound) {
-				return nil, mapStoreErr(err)
+				return nil, store.Refusal(err)
 			}
 		}
 		rows, err := s.store.CatalogList(ctx, &store.CatalogListParams{Tenant: actor.TenantID, Channel: o.Channel, Status: store.CatalogRejected})
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		seen := map[string]bool{}
 		for _, c := range rows {
@@ -358,7 +359,7 @@ func (s *Service) Catalogs(ctx context.Context, actor Actor) (*CatalogsView, err
 
 // jobCatalog resolves a channel for the jobs API; an empty channel means the
 // only one, when there is only one.
-func (s *Service) jobCatalog(ctx context.Context, actor Actor, channel, ref string) (JobCatalog, string, error) {
+func (s *Service) jobCatalog(ctx context.Context, actor principal.Actor, channel, ref string) (JobCatalog, string, error) {
 	in, err := s.installationOf(ctx, actor)
 	if err != nil {
 		return nil, "", err
@@ -407,7 +408,7 @@ func (s *Service) jobCatalog(ctx context.Context, actor Actor, channel, ref stri
 }
 
 // ListJobs lists the jobs of a channel's active commit.
-func (s *Service) ListJobs(ctx context.Context, actor Actor, channel, ref string) (*JobsView, error) {
+func (s *Service) ListJobs(ctx context.Context, actor principal.Actor, channel, ref string) (*JobsView, error) {
 	cat, channel, err := s.jobCatalog(ctx, actor, channel, ref)
 	if err != nil {
 		return nil, err
@@ -424,7 +425,7 @@ func (s *Service) ListJobs(ctx context.Context, actor Actor, channel, ref string
 // job's default parameters, and those allowed are listed with the approval
 // they would need. Rules conditioned on other parameter values may allow
 // more than the list shows.
-func (s *Service) ShowJob(ctx context.Context, actor Actor, channel, ref, name string) (*JobView, error) {
+func (s *Service) ShowJob(ctx context.Context, actor principal.Actor, channel, ref, name string) (*JobView, error) {
 	cat, channel, err := s.jobCatalog(ctx, actor, channel, ref)
 	if err != nil {
 		return nil, err
@@ -439,12 +440,12 @@ func (s *Service) ShowJob(ctx context.Context, actor Actor, channel, ref, name s
 }
 
 // installationOf is the GitHub installation of the caller's tenant, or nil.
-func (s *Service) installationOf(ctx context.Context, actor Actor) (*store.GitHubInstallation, error) {
+func (s *Service) installationOf(ctx context.Context, actor principal.Actor) (*store.GitHubInstallation, error) {
 	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
-	return in, mapStoreErr(err)
+	return in, store.Refusal(err)
 }
 
 // tenantCatalogs is the catalogs view of an installation's tenant: the one

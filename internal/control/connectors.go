@@ -56,14 +56,14 @@ func (s *Service) IssueConnectors(ctx context.Context, c *RunCaller) (*protocol.
 	}
 	issued, err := s.broker.Issue(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("issue connectors: %s: %w", err.Error(), protocol.ErrUnavailable)
+		return nil, protocol.Refused(protocol.ErrUnavailable, fmt.Errorf("issue connectors: %w", err))
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		return s.audit(ctx, tx, c.Run.Tenant, "run:"+c.Run.ID, "connector.issued", c.Run.ID,
 			map[string]any{"attempt": c.Attempt.ID, "connectors": levels})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	out.Env = issued.Env
 	out.Mask = issued.Secrets

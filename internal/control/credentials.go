@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -141,11 +142,11 @@ func (s *Service) VerifyRunToken(ctx context.Context, token string) (*RunCaller,
 		return nil, fmt.Errorf("run token names an unknown attempt: %w", protocol.ErrUnauthorized)
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if a.RunID != claims.RunID || a.Tenant != claims.Tenant {
 		return nil, fmt.Errorf("run token does not match its attempt: %w", protocol.ErrUnauthorized)
@@ -155,7 +156,7 @@ func (s *Service) VerifyRunToken(ctx context.Context, token string) (*RunCaller,
 	}
 	r, err := s.store.RunGetByID(ctx, a.RunID, false)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return &RunCaller{Claims: claims, Run: r, Attempt: a}, nil
 }
@@ -176,8 +177,8 @@ func tokenProblem(err error) string {
 }
 
 // RotateSigningKeys rotates the run-token signing key (admin).
-func (s *Service) RotateSigningKeys(ctx context.Context, actor Actor) (string, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) RotateSigningKeys(ctx context.Context, actor principal.Actor) (string, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return "", err
 	}
 	if s.creds == nil {
@@ -185,12 +186,12 @@ func (s *Service) RotateSigningKeys(ctx context.Context, actor Actor) (string, e
 	}
 	kid, err := s.creds.Rotate(ctx)
 	if err != nil {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		return s.audit(ctx, tx, actor.TenantID, actor.Name, "signing_key.rotated", kid, nil)
 	})
-	return kid, mapStoreErr(err)
+	return kid, store.Refusal(err)
 }
 
 // Tokens exposes the run-token credentials (JWKS, reload), or nil.
@@ -239,7 +240,7 @@ func (s *Service) RefuseRunToken(ctx context.Context, caller *RunCaller, route s
 			map[string]any{"attempt": caller.Attempt.ID, "route": route})
 	})
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	return fmt.Errorf("a run token may only call the /v1/run endpoints, not %s: %w", route, protocol.ErrForbidden)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -42,7 +43,7 @@ func TestBusyScopeDoesNotStarveAnother(t *testing.T) {
 					quietJob = busyJob
 				}
 				e := newLeaseEnv(t, st, busyJob, quietJob)
-				quietActor := Actor{TenantID: tc.quietTenant, Name: "bob", Kind: "user", Admin: true}
+				quietActor := principal.Actor{TenantID: tc.quietTenant, Name: "bob", Kind: "user", Admin: true}
 
 				reqs := make([]protocol.RunRequest, protocol.MaxRunBatch)
 				for i := range reqs {

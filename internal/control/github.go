@@ -82,7 +82,7 @@ func (s *Service) HandleGitHubDelivery(ctx context.Context, d GitHubDelivery) (G
 		return failpoint.Inject("github.delivery.beforeCommit")
 	})
 	if err != nil {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	return outcome, nil
 }
@@ -112,7 +112,7 @@ func (s *Service) githubHandler(d GitHubDelivery) (apply githubApply, action str
 	}
 	ev, err := github.ParseInstallationEvent(d.Body)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("%s delivery %s: %s: %w", d.Event, d.ID, err.Error(), protocol.ErrWebhookDeliveryInvalid)
+		return nil, "", 0, protocol.Refused(protocol.ErrWebhookDeliveryInvalid, fmt.Errorf("%s delivery %s: %w", d.Event, d.ID, err))
 	}
 	return func(ctx context.Context, tx store.Tx) error {
 		return s.applyInstallationEvent(ctx, tx, d, ev, status)

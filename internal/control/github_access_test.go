@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -53,7 +54,7 @@ func TestGitHubRepositoryRemovedEndsItsRuns(t *testing.T) {
 		d := fakegithub.NewDelivery("installation_repositories", e.fake.InstallationRepositoriesPayload(1, nil, []string{"app"}))
 		require.Equal(t, control.GitHubProcessed, e.deliver(d))
 
-		admin := control.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}
+		admin := principal.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}
 		var queued string
 		for _, v := range e.runs(1) {
 			if v.Run.ID == asg.RunID {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -115,7 +116,7 @@ func (s *Service) activeInstallation(ctx context.Context, tenant string) (*store
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
 	case err != nil:
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err := installationStatusErr(in); err != nil {
 		return nil, err
@@ -246,7 +247,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 	}
 	ev, err := github.ParsePullRequestEvent(d.Body)
 	if err != nil {
-		return "", fmt.Errorf("%s delivery %s: %s: %w", d.Event, d.ID, err.Error(), protocol.ErrWebhookDeliveryInvalid)
+		return "", protocol.Refused(protocol.ErrWebhookDeliveryInvalid, fmt.Errorf("%s delivery %s: %w", d.Event, d.ID, err))
 	}
 	if !isPullRequestAction(ev.Action) {
 		return GitHubIgnored, nil
@@ -254,7 +255,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 	if _, err := s.store.GitHubDeliveryGet(ctx, d.ID); err == nil {
 		return GitHubDuplicate, nil
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	in, err := s.bindInstallation(ctx, ev)
 	if err != nil {
@@ -314,7 +315,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d GitHubDelivery) (GitH
 		return s.audit(ctx, tx, in.Tenant, GitHubActor, action, githubSubject(in.ID), details)
 	})
 	if err != nil {
-		return "", mapStoreErr(err)
+		return "", store.Refusal(err)
 	}
 	s.log.InfoContext(ctx, "control: pull request processed", "delivery", d.ID, "installation", in.ID, "repo", ev.Repository.FullName,
 		"pr", ev.Number, "runs", len(runs))
@@ -332,7 +333,7 @@ func isPullRequestAction(a string) bool {
 // requestPullRequestRun requests one job's run for a delivery; a denied
 // run is a result, not an error.
 func (s *Service) requestPullRequestRun(ctx context.Context, d GitHubDelivery, ev *github.PullRequestEvent, in *store.GitHubInstallation, cat Catalog, job string) (string, error) {
-	actor := Actor{TenantID: in.Tenant, Name: GitHubActor, Kind: "service"}
+	actor := principal.Actor{TenantID: in.Tenant, Name: GitHubActor, Kind: "service"}
 	req := &protocol.RunRequest{
 		Job: job, Channel: s.githubChannel(),
 		IdempotencyKey: "github:" + d.ID + ":" + job,
@@ -392,7 +393,7 @@ func (s *Service) githubCatalogWithin(ctx context.Context, in *store.GitHubInsta
 func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEvent) (*store.GitHubInstallation, error) {
 	in, err := s.store.GitHubInstallationGet(ctx, ev.Installation.ID)
 	if err == nil || !errors.Is(err, store.ErrNotFound) {
-		return in, mapStoreErr(err)
+		return in, store.Refusal(err)
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		in, err = tx.GitHubInstallationGet(ctx, ev.Installation.ID)
@@ -412,7 +413,7 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 		return s.audit(ctx, tx, in.Tenant, GitHubActor, "github.installation.bound", githubSubject(in.ID),
 			map[string]any{"account": owner, "reason": "first seen in a pull_request delivery"})
 	})
-	return in, mapStoreErr(err)
+	return in, store.Refusal(err)
 }
 
 // CreateInstallationRegistrationToken makes a runner registration token
@@ -422,7 +423,7 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 // runner it registers belongs to that tenant alone, whatever it asks
 // later; with self_hosted and allowed_repos it is the customer's runner
 // for some of the installation's repositories.
-func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
+func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor principal.Actor, installation int64, req *protocol.RegistrationTokenRequest) (*protocol.TokenResponse, error) {
 	ctx, on, err := s.operatorOn(ctx, actor, installation, "register runners for")
 	if err != nil {
 		return nil, err
@@ -438,30 +439,30 @@ func (s *Service) CreateInstallationRegistrationToken(ctx context.Context, actor
 //
 // The context it returns is scoped to that tenant (row-level security), for
 // the work the operator does there.
-func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int64, what string) (context.Context, Actor, error) {
-	if err := requireAdmin(actor); err != nil {
-		return nil, Actor{}, err
+func (s *Service) operatorOn(ctx context.Context, actor principal.Actor, installation int64, what string) (context.Context, principal.Actor, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
+		return nil, principal.Actor{}, err
 	}
 	t, err := s.store.TenantGetByID(ctx, actor.TenantID)
 	if err != nil {
-		return nil, Actor{}, mapStoreErr(err)
+		return nil, principal.Actor{}, store.Refusal(err)
 	}
 	if t.Name != DefaultTenant {
-		return nil, Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
+		return nil, principal.Actor{}, fmt.Errorf("only an admin of the %q tenant may %s installations: %w", DefaultTenant, what, protocol.ErrForbidden)
 	}
 	// An admin of the default tenant acts for another tenant here.
 	in, err := s.store.GitHubInstallationGet(store.WithSystem(ctx, "installation operator"), installation)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
+		return nil, principal.Actor{}, fmt.Errorf("GitHub installation %d: %w", installation, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return nil, Actor{}, mapStoreErr(err)
+		return nil, principal.Actor{}, store.Refusal(err)
 	}
 	ctx = store.WithTenant(ctx, in.Tenant)
 	if err := s.checkInstallation(ctx, in.Tenant); err != nil {
-		return nil, Actor{}, err
+		return nil, principal.Actor{}, err
 	}
-	return ctx, Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, nil
+	return ctx, principal.Actor{TenantID: in.Tenant, Name: actor.Name, Kind: actor.Kind, Admin: true}, nil
 }
 
 // CreateInstallationPrincipal adds a principal to an installation's tenant
@@ -469,7 +470,7 @@ func (s *Service) operatorOn(ctx context.Context, actor Actor, installation int6
 // and approve that tenant's runs through the API. It is never an admin:
 // it cannot create principals, tokens or runners, nor read the audit log;
 // what it may run or approve is up to the tenant's policies and groups.
-func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor Actor, installation int64, req *protocol.PrincipalRequest) (*store.Principal, error) {
+func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor principal.Actor, installation int64, req *protocol.PrincipalRequest) (*store.Principal, error) {
 	ctx, on, err := s.operatorOn(ctx, actor, installation, "create principals for")
 	if err != nil {
 		return nil, err
@@ -479,7 +480,7 @@ func (s *Service) CreateInstallationPrincipal(ctx context.Context, actor Actor, 
 
 // CreateInstallationToken issues an API token for a principal of an
 // installation's tenant (operators only).
-func (s *Service) CreateInstallationToken(ctx context.Context, actor Actor, installation int64, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
+func (s *Service) CreateInstallationToken(ctx context.Context, actor principal.Actor, installation int64, principal string, ttlSeconds int) (*protocol.TokenResponse, error) {
 	ctx, on, err := s.operatorOn(ctx, actor, installation, "create tokens for")
 	if err != nil {
 		return nil, err
@@ -490,7 +491,7 @@ func (s *Service) CreateInstallationToken(ctx context.Context, actor Actor, inst
 // RevokeInstallationToken revokes an API token of an installation's tenant
 // (operators only): a token belongs to its tenant, so the operator's own
 // DELETE /v1/tokens/{id} does not reach it.
-func (s *Service) RevokeInstallationToken(ctx context.Context, actor Actor, installation int64, tokenID string) error {
+func (s *Service) RevokeInstallationToken(ctx context.Context, actor principal.Actor, installation int64, tokenID string) error {
 	ctx, on, err := s.operatorOn(ctx, actor, installation, "revoke tokens of")
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -127,7 +128,7 @@ func (e *prEnv) tenant(inst int64) string {
 
 func (e *prEnv) runs(inst int64) []*control.RunView {
 	e.t.Helper()
-	runs, _, err := e.svc.ListRuns(context.Background(), control.Actor{TenantID: e.tenant(inst)}, store.RunListParams{Limit: 100})
+	runs, _, err := e.svc.ListRuns(context.Background(), principal.Actor{TenantID: e.tenant(inst)}, store.RunListParams{Limit: 100})
 	require.NoError(e.t, err)
 	return runs
 }
@@ -237,7 +238,7 @@ func TestPullRequestRequestsRunsOnceWithCheckRuns(t *testing.T) {
 		if other == asg.RunID {
 			other = byJob["preview"].ID
 		}
-		_, err = e.svc.CancelRun(context.Background(), control.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}, other)
+		_, err = e.svc.CancelRun(context.Background(), principal.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}, other)
 		require.NoError(t, err)
 		e.dispatch()
 		require.Equal(t, github.ConclusionCancelled, status(other).Conclusion)
@@ -337,7 +338,7 @@ func TestGitHubInstallationSuspendedRefusesRunsAndClaims(t *testing.T) {
 		e.deliver(fakegithub.NewDelivery("installation", e.fake.InstallationPayload("suspend", 1)))
 		_, err := e.claim(rn)
 		require.ErrorIs(t, err, protocol.ErrInstallationSuspended)
-		actor := control.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}
+		actor := principal.Actor{TenantID: e.tenant(1), Name: "admin", Admin: true}
 		_, _, err = e.svc.RequestRun(context.Background(), actor, &protocol.RunRequest{Job: "nightly", Channel: "prod"})
 		require.ErrorIs(t, err, protocol.ErrInstallationSuspended)
 		var pe *protocol.Error
@@ -429,17 +430,17 @@ func TestQueuedRunExplainsMissingRunner(t *testing.T) {
 		}
 		require.NotNil(t, ci)
 		require.Equal(t, "runner: none of the 1 online runners is eligible (needs pool default, a managed runner (safe mode), access to acme/app)", ci.Run.WaitingFor)
-		v, err := e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
+		v, err := e.svc.GetRun(context.Background(), principal.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
 		require.NoError(t, err)
 		require.Equal(t, ci.Run.WaitingFor, v.Run.WaitingFor)
 		// Written straight to the store, as another server would: the
 		// cached runner list shows it once it is a second old.
 		e.runner(1, false)
-		v, err = e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
+		v, err = e.svc.GetRun(context.Background(), principal.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
 		require.NoError(t, err)
 		require.NotEmpty(t, v.Run.WaitingFor, "within a second, the list is the cached one")
 		e.clock.Advance(time.Second)
-		v, err = e.svc.GetRun(context.Background(), control.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
+		v, err = e.svc.GetRun(context.Background(), principal.Actor{TenantID: e.tenant(1)}, ci.Run.ID)
 		require.NoError(t, err)
 		require.Empty(t, v.Run.WaitingFor, "an eligible runner is online")
 	})
@@ -479,7 +480,7 @@ func TestTenantDefinitionsReplaceTheServers(t *testing.T) {
 		e.deliver(e.pr(2, "globex/svc", "opened", nil))
 		require.Len(t, e.runs(2), 2, "the other tenant keeps the server's definitions (ci, preview)")
 
-		alice := control.Actor{TenantID: e.tenant(1), Name: "alice", Kind: "user"}
+		alice := principal.Actor{TenantID: e.tenant(1), Name: "alice", Kind: "user"}
 		v, _, err := e.svc.RequestRun(context.Background(), alice, &protocol.RunRequest{Job: "own", Channel: "prod"})
 		require.NoError(t, err)
 		require.Equal(t, own.Commit(), v.Run.Commit)

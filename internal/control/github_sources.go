@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // GitHubSources fetches the archive of one exact commit of a repository of
@@ -39,7 +40,7 @@ func (s *Service) archiveGitHubSource(ctx context.Context, tenant, repo, commit 
 	}
 	repos, err := s.store.GitHubRepoList(ctx, in.ID)
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	granted := false
 	for _, r := range repos {
@@ -49,7 +50,7 @@ func (s *Service) archiveGitHubSource(ctx context.Context, tenant, repo, commit 
 		return fmt.Errorf("repository %s is not granted to installation %d: %w", repo, in.ID, protocol.ErrForbidden)
 	}
 	if err := s.gh.Sources.Archive(ctx, in.ID, repo, commit, open); err != nil {
-		return fmt.Errorf("archive %s at %s: %s: %w", repo, commit, err.Error(), protocol.ErrSourceUnavailable)
+		return protocol.Refused(protocol.ErrSourceUnavailable, fmt.Errorf("archive %s at %s: %w", repo, commit, err))
 	}
 	return nil
 }

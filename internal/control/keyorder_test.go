@@ -15,6 +15,7 @@ import (
 	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/groupcommit"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -140,7 +141,7 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 						reqs[i] = protocol.RunRequest{Job: names[rng.IntN(len(names))], Channel: "prod"}
 					}
 					if len(reqs) == 1 {
-						if _, _, err := svc.RequestRun(e.ctx(), e.actor, &reqs[0]); err != nil && !isRefusal(err) {
+						if _, _, err := svc.RequestRun(e.ctx(), e.actor, &reqs[0]); err != nil && !protocol.IsRefusal(err) {
 							return fmt.Errorf("request: %w", err)
 						}
 					} else if _, err := svc.RequestRuns(e.ctx(), e.actor, reqs); err != nil {
@@ -214,7 +215,7 @@ func TestLeaseKeyLockOrder(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	require.Empty(t, rec.bad, "transactions that locked lease keys out of order")
-	t.Logf("%d transactions, committer %+v", rec.txs.Load(), e.a.CommitStats())
+	t.Logf("%d transactions, committer %+v", rec.txs.Load(), e.a.grouped.(*groupcommit.Store).Stats())
 }
 
 // orderRecorder notes, per transaction, the run rows locked and the keys

@@ -16,6 +16,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -23,7 +24,7 @@ import (
 
 // heldKeyBench is a service with jobs "held" (key bench-held) and "free",
 // one runner, and one run of "held" holding the key (asg).
-func heldKeyBench(b *testing.B, st store.Store) (svc *Service, actor Actor, rn *store.Runner, held Spec, asg *protocol.Assignment) {
+func heldKeyBench(b *testing.B, st store.Store) (svc *Service, actor principal.Actor, rn *store.Runner, held Spec, asg *protocol.Assignment) {
 	ctx := context.Background()
 	held = leaseJob("held", testPool, time.Hour, lease.Template{Key: "bench-held"})
 	free := leaseJob("free", testPool, time.Hour)
@@ -31,7 +32,7 @@ func heldKeyBench(b *testing.B, st store.Store) (svc *Service, actor Actor, rn *
 	fc := clock.NewFake(testEpoch)
 	svc, err := New(Config{Store: st, Clock: fc, Definitions: defs})
 	require.NoError(b, err)
-	actor = Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
+	actor = principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
 	now := fc.Now()
 	rn = &store.Runner{ID: id.New(id.Runner, now), Tenant: testTenant, Pool: testPool, Name: "bench", Labels: []string{},
 		PublicKey: protocol.EncodeKey(make([]byte, 32)), KeyFingerprint: "0000000000000000", Status: store.RunnerActive,

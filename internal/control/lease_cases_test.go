@@ -21,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
@@ -314,7 +315,7 @@ func TestL6_L7_AcquirerBlockedOnKeyRow(t *testing.T) {
 	spec := leaseJob("l6", "pool-l6", ttl, lease.Template{Key: "l6-key"})
 	defs := &multiDefs{jobs: map[string]Spec{"l6": spec}}
 	e := &env{t: t, store: st, clock: clock.NewFake(testEpoch), spec: spec,
-		actor: Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
+		actor: principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
 	svc, err := New(Config{Store: st, Clock: clock.Real{}, Definitions: defs})
 	require.NoError(t, err)
 	rn := e.runnerIn("pool-l6", "l6")

@@ -33,6 +33,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -82,7 +83,7 @@ func newLeaseEnv(t *testing.T, st store.Store, jobs ...Spec) *env {
 	}
 	fc := clock.NewFake(testEpoch)
 	e := &env{t: t, store: st, clock: fc, spec: jobs[0],
-		actor: Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
+		actor: principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
 	for _, s := range []**Service{&e.a, &e.b} {
 		svc, err := New(Config{Store: st, Clock: fc, Definitions: defs, ReapBatch: 100000})
 		require.NoError(t, err)
@@ -382,7 +383,7 @@ type lkClient struct {
 	k       lkKey
 	rn      *store.Runner
 	sv      *Service
-	actor   Actor
+	actor   principal.Actor
 	rec     *recorder
 	claimed func(attemptID string, token int64)
 }

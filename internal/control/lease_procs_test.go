@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
@@ -153,7 +154,7 @@ func lkChild1() error {
 	rec := &recorder{}
 	var mu sync.Mutex
 	var claims []lkRecord
-	actor := Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
+	actor := principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}
 	var wg sync.WaitGroup
 	var firstErr error
 	var errMu sync.Mutex

@@ -222,7 +222,7 @@ func brokenReap(s *Service, snapshot []*store.Attempt) error {
 			if err != nil {
 				return err
 			}
-			return s.endAttempt(ctx, tx, nil, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
+			return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
 		})
 		if err != nil {
 			return err

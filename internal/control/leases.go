@@ -8,21 +8,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
-
-// RunRefError is a refusal that points at another run (409 lease_held,
-// 409 already_done).
-type RunRefError struct {
-	RunID string
-	Err   error
-}
-
-func (e *RunRefError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the refusal.
-func (e *RunRefError) Unwrap() error { return e.Err }
 
 func keyNames(keys []store.LeaseKey) []string {
 	out := make([]string, len(keys))
@@ -75,7 +64,7 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 				return err
 			}
 			if err == nil && st.ConsumedByRun != "" {
-				return &RunRefError{RunID: st.ConsumedByRun, Err: fmt.Errorf("lease key %s was consumed by run %s, which succeeded: %w", k.Key, st.ConsumedByRun, protocol.ErrAlreadyDone)}
+				return &protocol.RunRefError{RunID: st.ConsumedByRun, Err: fmt.Errorf("lease key %s was consumed by run %s, which succeeded: %w", k.Key, st.ConsumedByRun, protocol.ErrAlreadyDone)}
 			}
 		}
 		if k.OnConflict == "reject" {
@@ -84,7 +73,7 @@ func (s *Service) checkKeys(ctx context.Context, tx store.Tx, tenant string, key
 				return err
 			}
 			if err == nil {
-				return &RunRefError{RunID: other, Err: fmt.Errorf("lease key %s is held or waited for by run %s: %w", k.Key, other, protocol.ErrLeaseHeld)}
+				return &protocol.RunRefError{RunID: other, Err: fmt.Errorf("lease key %s is held or waited for by run %s: %w", k.Key, other, protocol.ErrLeaseHeld)}
 			}
 		}
 	}
@@ -100,7 +89,6 @@ func (s *Service) acquireKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return nil, false, err
 	}
-	keysTouched(tx, len(keys))
 	held, blockedOn, err := tx.LeaseAcquire(ctx, &store.LeaseAcquireParams{Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Keys: keys, Now: s.clock.NowOrNil()})
 	if err != nil {
 		return nil, false, err
@@ -151,7 +139,6 @@ func (s *Service) releaseKeys(ctx context.Context, tx store.Tx, r *store.Run, a 
 	if err != nil || len(keys) == 0 {
 		return err
 	}
-	keysTouched(tx, len(keys))
 	released, err := tx.LeaseReleaseAttempt(ctx, r.Tenant, a.ID)
 	if err != nil {
 		return err
@@ -198,7 +185,7 @@ func (s *Service) WakeStrandedWaiters(ctx context.Context) (int, error) {
 			return tx.WakeClaimers(ctx)
 		})
 		if err != nil {
-			return total, mapStoreErr(err)
+			return total, store.Refusal(err)
 		}
 		total += n
 		if n < s.batch {
@@ -221,10 +208,10 @@ func holderView(h store.LeaseHold) protocol.LeaseHolder {
 }
 
 // ListLeases lists the held keys whose name starts with prefix.
-func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([]protocol.LeaseHolder, error) {
+func (s *Service) ListLeases(ctx context.Context, actor principal.Actor, prefix string) ([]protocol.LeaseHolder, error) {
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, prefix)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	out := make([]protocol.LeaseHolder, 0, len(holds))
 	for _, h := range holds {
@@ -234,18 +221,18 @@ func (s *Service) ListLeases(ctx context.Context, actor Actor, prefix string) ([
 }
 
 // ShowLease returns a key's holders, its waiting runs and its counter.
-func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*protocol.LeaseView, error) {
+func (s *Service) ShowLease(ctx context.Context, actor principal.Actor, key string) (*protocol.LeaseView, error) {
 	v := &protocol.LeaseView{Key: key, Holders: []protocol.LeaseHolder{}, Waiting: []protocol.LeaseWaiter{}}
 	st, err := s.store.LeaseKeyGet(ctx, actor.TenantID, key)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err == nil {
 		v.LastFencingToken, v.ConsumedByRun = st.LastFencingToken, st.ConsumedByRun
 	}
 	holds, err := s.store.LeaseList(ctx, actor.TenantID, key)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for _, h := range holds {
 		if h.Key == key {
@@ -254,7 +241,7 @@ func (s *Service) ShowLease(ctx context.Context, actor Actor, key string) (*prot
 	}
 	waiters, err := s.store.LeaseWaiters(ctx, actor.TenantID, key)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for _, a := range waiters {
 		v.Waiting = append(v.Waiting, protocol.LeaseWaiter{RunID: a.RunID, AttemptID: a.ID, Since: a.CreatedAt.UTC()})
@@ -268,11 +255,11 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 	ctx = store.WithTenant(ctx, tenant)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return false, "", mapStoreErr(err)
+		return false, "", store.Refusal(err)
 	}
 	holds, err := s.store.LeaseList(ctx, tenant, key)
 	if err != nil {
-		return false, "", mapStoreErr(err)
+		return false, "", store.Refusal(err)
 	}
 	for _, h := range holds {
 		if h.Key == key && h.FencingToken == token {
@@ -280,7 +267,7 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 			if live {
 				a, err := s.store.AttemptGetByID(ctx, h.AttemptID, false)
 				if err != nil {
-					return false, "", mapStoreErr(err)
+					return false, "", store.Refusal(err)
 				}
 				live = a.State == store.AttemptLeased
 			}
@@ -294,12 +281,12 @@ func (s *Service) VerifyLease(ctx context.Context, tenant, key string, token int
 // dropped and its run told to stop at its next renewal, the key's fencing
 // token moves on so the old holders are refused downstream, waiters are
 // unblocked, and who did it and why is audited.
-func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason string) (*protocol.LeaseView, error) {
-	if err := requireAdmin(actor); err != nil {
+func (s *Service) ReleaseLease(ctx context.Context, actor principal.Actor, key, reason string) (*protocol.LeaseView, error) {
+	if err := principal.RequireAdmin(actor); err != nil {
 		return nil, err
 	}
 	if len(reason) < 3 || len(reason) > 1000 {
-		return nil, &FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: "reason", Err: fmt.Errorf("a reason (3 to 1000 characters) is required: %w", protocol.ErrBadRequest)}
 	}
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		// The holders' runs are locked before the key's row, the order a
@@ -351,7 +338,7 @@ func (s *Service) ReleaseLease(ctx context.Context, actor Actor, key, reason str
 			"reason": reason, "runs": runs, "fencing_token": token})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return s.ShowLease(ctx, actor, key)
 }

@@ -24,7 +24,7 @@ func FuzzLogChunk(f *testing.F) {
 		}
 		lines, err := logChunk(req.Logs, "logs.")
 		if err != nil {
-			var fe *FieldError
+			var fe *protocol.FieldError
 			if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, "logs.") || !errors.Is(err, protocol.ErrBadRequest) {
 				t.Fatalf("refusal %v is not a bad request naming a logs field", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -20,7 +21,7 @@ type CommitDefinitions interface {
 // description, owners, runbook and who may run it under that commit's
 // policies. Like GetRun, it shows only runs of the actor's tenant, so only
 // commits that tenant's runs were pinned to can be browsed this way.
-func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobView, error) {
+func (s *Service) RunJob(ctx context.Context, actor principal.Actor, runID string) (*JobView, error) {
 	v, err := s.GetRun(ctx, actor, runID)
 	if err != nil {
 		return nil, err
@@ -32,7 +33,7 @@ func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobVi
 	r := v.Run
 	cat, err := cd.AtCommit(r.Channel, r.Ref, r.Commit)
 	if err != nil {
-		return nil, fmt.Errorf("definitions at %s: %s: %w", short(r.Commit), err.Error(), protocol.ErrCatalogUnavailable)
+		return nil, protocol.Refused(protocol.ErrCatalogUnavailable, fmt.Errorf("definitions at %s: %w", short(r.Commit), err))
 	}
 	info, ok := cat.Describe(r.Job)
 	if !ok {
@@ -45,7 +46,7 @@ func (s *Service) RunJob(ctx context.Context, actor Actor, runID string) (*JobVi
 
 // mayRun puts every principal the definitions name to the policies with
 // the job's default parameters (as ShowJob does).
-func (s *Service) mayRun(ctx context.Context, actor Actor, cat JobCatalog, channel, name string) ([]PrincipalAccess, error) {
+func (s *Service) mayRun(ctx context.Context, actor principal.Actor, cat JobCatalog, channel, name string) ([]PrincipalAccess, error) {
 	params, err := cat.ValidateParams(name, json.RawMessage(`{}`))
 	if err != nil {
 		params = json.RawMessage(`{}`)
@@ -59,7 +60,7 @@ func (s *Service) mayRun(ctx context.Context, actor Actor, cat JobCatalog, chann
 		if pr, err := s.store.PrincipalGetByName(ctx, actor.TenantID, p); err == nil {
 			kind = pr.Kind
 		} else if !errors.Is(err, store.ErrNotFound) {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		d := cat.Decide(DecisionRequest{Job: name, Channel: channel, Actor: p, ActorKind: kind, Params: params,
 			Ref: Ref{Branch: branch, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now})

@@ -25,6 +25,7 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
@@ -81,7 +82,7 @@ type env struct {
 	clock *clock.Fake
 	spec  Spec
 	a, b  *Service
-	actor Actor
+	actor principal.Actor
 }
 
 type envOpt func(*Config)
@@ -92,7 +93,7 @@ func newEnv(t *testing.T, st store.Store, spec Spec, opts ...envOpt) *env {
 	t.Helper()
 	fc := clock.NewFake(testEpoch)
 	e := &env{t: t, store: st, clock: fc, spec: spec,
-		actor: Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
+		actor: principal.Actor{TenantID: testTenant, Name: "alice", Kind: "user", Admin: true}}
 	e.a = e.newService(st, opts...)
 	e.b = e.newService(st, opts...)
 	return e

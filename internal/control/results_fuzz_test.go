@@ -37,7 +37,7 @@ func FuzzResultsRequest(f *testing.F) {
 			if !errors.Is(err, protocol.ErrBadRequest) {
 				t.Fatalf("refusal %v is not a bad request", err)
 			}
-			var fe *FieldError
+			var fe *protocol.FieldError
 			if errors.As(err, &fe) && !strings.HasPrefix(fe.Field, "results[") {
 				t.Fatalf("refusal names field %q, not an item", fe.Field)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -25,7 +26,7 @@ type RunOutcome struct {
 // would refuse (denied, invalid parameters, a held key, an unknown job) is
 // refused on its own and the others are recorded; an item that is not a
 // run request at all refuses the whole call, and nothing is recorded.
-func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
+func (s *Service) RequestRuns(ctx context.Context, actor principal.Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
 	if len(reqs) == 0 || len(reqs) > protocol.MaxRunBatch {
 		return nil, fmt.Errorf("runs must hold 1 to %d items, not %d: %w", protocol.MaxRunBatch, len(reqs), protocol.ErrBadRequest)
 	}
@@ -36,7 +37,7 @@ func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		}
 		if k := reqs[i].IdempotencyKey; k != "" {
 			if j, dup := keys[k]; dup {
-				return nil, &FieldError{Field: fmt.Sprintf("runs[%d].idempotency_key", i), Err: fmt.Errorf("runs[%d]: idempotency key %q is also runs[%d]'s: %w", i, k, j, protocol.ErrBadRequest)}
+				return nil, &protocol.FieldError{Field: fmt.Sprintf("runs[%d].idempotency_key", i), Err: fmt.Errorf("runs[%d]: idempotency key %q is also runs[%d]'s: %w", i, k, j, protocol.ErrBadRequest)}
 			}
 			keys[k] = i
 		}
@@ -56,14 +57,14 @@ func (s *Service) RequestRuns(ctx context.Context, actor Actor, reqs []protocol.
 	}
 }
 
-func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
+func (s *Service) requestRuns(ctx context.Context, actor principal.Actor, reqs []protocol.RunRequest) ([]RunOutcome, error) {
 	out := make([]RunOutcome, len(reqs))
 	prepared := make([]*preparedRun, len(reqs))
 	batch := &requestBatch{catalogs: map[[2]string]Catalog{}}
 	for i := range reqs {
 		p, v, err := s.prepareRun(ctx, actor, &reqs[i], requestOrigin{}, batch)
 		switch {
-		case isRefusal(err):
+		case protocol.IsRefusal(err):
 			out[i].Err = err
 		case err != nil:
 			return nil, err
@@ -73,7 +74,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 			prepared[i] = p
 		}
 	}
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTx(ctx, func(tx store.Tx) error {
 		// The items' reject and once keys, all of them in order first
 		// (keyorder.go); each item's check then finds them locked.
 		var keys [][]store.LeaseKey
@@ -85,7 +86,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 		if err := s.lockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
 			return err
 		}
-		w := &runWrites{}
+		w := newRunWrites(tx)
 		for i, p := range prepared {
 			if p == nil {
 				continue
@@ -93,7 +94,7 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 			out[i].Err = nil
 			err := s.writeRun(ctx, tx, w, p)
 			switch {
-			case isRefusal(err):
+			case protocol.IsRefusal(err):
 				// writeRun refuses only after reads: the transaction is
 				// as the items before this one left it.
 				out[i].Err = err
@@ -101,13 +102,13 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 				return err
 			}
 		}
-		return w.flush(ctx, tx)
+		return w.flush(ctx)
 	})
 	if errors.Is(err, store.ErrAlreadyExists) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	for i, p := range prepared {
 		if p == nil || out[i].Err != nil {
@@ -122,8 +123,8 @@ func (s *Service) requestRuns(ctx context.Context, actor Actor, reqs []protocol.
 // itemError names item i of a batch in a refusal and its field.
 func itemError(list string, i int, err error) error {
 	field := fmt.Sprintf("%s[%d]", list, i)
-	if fe := (*FieldError)(nil); errors.As(err, &fe) {
+	if fe := (*protocol.FieldError)(nil); errors.As(err, &fe) {
 		field += "." + fe.Field
 	}
-	return &FieldError{Field: field, Err: fmt.Errorf("%s: %w", field, err)}
+	return &protocol.FieldError{Field: field, Err: fmt.Errorf("%s: %w", field, err)}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -54,7 +55,7 @@ func FuzzRunsRequest(f *testing.F) {
 	require.NoError(f, err)
 	tn, err := st.TenantEnsure(ctx, "default", fc.NowOrNil())
 	require.NoError(f, err)
-	actor := control.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}
+	actor := principal.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}
 	newest := func(t *testing.T) string {
 		runs, _, err := svc.ListRuns(ctx, actor, store.RunListParams{Limit: 1})
 		if err != nil {
@@ -76,7 +77,7 @@ func FuzzRunsRequest(f *testing.F) {
 			if !errors.Is(err, protocol.ErrBadRequest) {
 				t.Fatalf("refusal %v is not a bad request", err)
 			}
-			var fe *control.FieldError
+			var fe *protocol.FieldError
 			if errors.As(err, &fe) && !strings.HasPrefix(fe.Field, "runs[") {
 				t.Fatalf("refusal names field %q, not an item", fe.Field)
 			}

@@ -23,7 +23,7 @@ const MaxClaimWait = 30 * time.Second
 // Register turns a registration token into a runner identity.
 func (s *Service) Register(ctx context.Context, regToken string, req *protocol.RegisterRequest) (*store.Runner, error) {
 	if _, err := protocol.DecodePublicKey(req.PublicKey); err != nil {
-		return nil, fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return nil, protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
 	}
 	if len(req.Name) > 200 || len(req.Version) > 100 || len(req.Labels) > 64 {
 		return nil, fmt.Errorf("name, version or labels too long: %w", protocol.ErrBadRequest)
@@ -70,7 +70,7 @@ func (s *Service) Register(ctx context.Context, regToken string, req *protocol.R
 	})
 	s.runnerLists.invalidate()
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return runner, nil
 }
@@ -96,7 +96,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 	}
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	resp := &protocol.HeartbeatResponse{ServerTime: now.UTC(), Status: call.Runner.Status, CancelAttempts: []string{}}
 	for _, aid := range req.Attempts {
@@ -107,7 +107,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 			continue
 		}
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		if a.RunnerID != call.Runner.ID || a.State != store.AttemptLeased || !now.Before(*a.LeaseExpiresAt) {
 			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", a.Tenant)
@@ -116,7 +116,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 		}
 		r, err := s.store.RunGetByID(ctx, a.RunID, false)
 		if err != nil {
-			return nil, mapStoreErr(err)
+			return nil, store.Refusal(err)
 		}
 		if r.CancelRequested {
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
@@ -167,7 +167,8 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
-	scope := claimScope(&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos})
+	scope := (&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
+		SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos}).Scope()
 	w := s.lines.join(scope)
 	defer s.lines.leave(scope, w)
 	for {
@@ -256,7 +257,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 	}
 	var claimed []claimedAttempt
 	revoked := false
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		claimed, revoked = claimed[:0], false
 		if n > 1 {
 			// One statement claims them all; each is then handed out or
@@ -265,7 +266,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			for i := range slots {
 				slots[i] = store.ClaimSlot{LeaseDigest: protocol.SHA256Hex([]byte(tokens[i])), ClaimRequestID: slotRequestID(requestID, i)}
 			}
-			cs, err := attemptClaims(ctx, tx, s.claimParams(call, "", ""), slots)
+			cs, err := tx.AttemptClaimRuns(ctx, s.claimParams(call, "", ""), slots)
 			if err != nil {
 				return err
 			}
@@ -278,7 +279,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 				return err
 			}
-			w, cats := &runWrites{}, catalogMemo{}
+			w, cats := newRunWrites(tx), catalogMemo{}
 			for _, c := range cs {
 				got, err := s.handOut(ctx, tx, w, cats, call, c.Attempt, c.Run, tokens[c.Slot], github)
 				if errors.Is(err, errRevoked) {
@@ -290,7 +291,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 				}
 				claimed = append(claimed, *got)
 			}
-			if err := w.flush(ctx, tx); err != nil {
+			if err := w.flush(ctx); err != nil {
 				return err
 			}
 			if len(claimed) == 0 {
@@ -319,7 +320,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		return failpoint.Inject("claim.beforeCommit")
 	})
 	if err != nil {
-		return nil, false, mapStoreErr(err)
+		return nil, false, store.Refusal(err)
 	}
 	if len(claimed) == 0 {
 		return nil, revoked, nil
@@ -370,21 +371,21 @@ func (s *Service) claimParams(call *authn.SignedCall, digest, requestID string) 
 
 // claimIn claims one attempt in tx: nil when none is eligible.
 func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
-	a, r, err := attemptClaim(ctx, tx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
+	a, r, err := tx.AttemptClaimRun(ctx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return s.handOut(ctx, tx, nil, nil, call, a, r, token, github)
+	return s.handOut(ctx, tx, writeNow{tx}, nil, call, a, r, token, github)
 }
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
 // runner: errRevoked when it does not (denied at dispatch, or blocked on a
-// lease key), its new state then being part of tx. With w, the update of a
-// run handed out is held back for w's flush.
-func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
+// lease key), its new state then being part of tx. The update of a run
+// handed out goes through w.
+func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
 	if github {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
@@ -410,7 +411,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats c
 		r.State = store.RunRunning
 		r.UpdatedAt = *a.ClaimedAt
 	}
-	if err := w.runUpdate(ctx, tx, r); err != nil {
+	if err := w.runUpdate(ctx, r); err != nil {
 		return nil, err
 	}
 	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
@@ -429,7 +430,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w *runWrites, cats c
 // when the first slot's request ID is unknown nothing was claimed.
 func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
 	var asgs []*protocol.Assignment
-	err := inTx(ctx, s.store, func(tx store.Tx) error {
+	err := s.store.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		asgs = nil
 		for i := range n {
 			asg, err := s.reclaimIn(ctx, tx, call, slotRequestID(requestID, i))
@@ -448,7 +449,7 @@ func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID
 		}
 		return nil
 	})
-	return asgs, mapStoreErr(err)
+	return asgs, store.Refusal(err)
 }
 
 // reclaimIn hands out again the attempt claimed under requestID, if its
@@ -601,7 +602,7 @@ func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.Signe
 // Renew extends the attempt's lease by its TTL, never past its deadline.
 func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
 	var resp *protocol.RenewResponse
-	err := s.commits.do(ctx, func(tx store.Tx) error {
+	err := s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, r, _, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -619,7 +620,7 @@ func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.
 		resp = &protocol.RenewResponse{ExpiresAt: a.LeaseExpiresAt.UTC(), CancelRequested: r.CancelRequested}
 		return nil
 	})
-	return resp, mapStoreErr(err)
+	return resp, store.Refusal(err)
 }
 
 // MaxLogLines bounds one log chunk.
@@ -631,7 +632,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 	if err != nil {
 		return err
 	}
-	return mapStoreErr(s.commits.do(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, _, now, err := s.checkAttemptRun(ctx, tx, call, false)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -639,7 +640,7 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return appendChunk(ctx, tx, nil, a, req.Seq, lines, now)
+		return appendChunk(ctx, tx, writeNow{tx}, a, req.Seq, lines, now)
 	}))
 }
 
@@ -647,10 +648,10 @@ func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *p
 // returns its lines to store.
 func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error) {
 	if len(req.Lines) > MaxLogLines {
-		return nil, &FieldError{Field: prefix + "lines", Err: fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: prefix + "lines", Err: fmt.Errorf("more than %d lines in one chunk: %w", MaxLogLines, protocol.ErrBadRequest)}
 	}
 	if req.Seq < 0 {
-		return nil, &FieldError{Field: prefix + "seq", Err: fmt.Errorf("%sseq must not be negative: %w", prefix, protocol.ErrBadRequest)}
+		return nil, &protocol.FieldError{Field: prefix + "seq", Err: fmt.Errorf("%sseq must not be negative: %w", prefix, protocol.ErrBadRequest)}
 	}
 	lines := make([]store.LogLine, 0, len(req.Lines))
 	for i, l := range req.Lines {
@@ -658,22 +659,22 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 		case "stdout", "stderr", "system":
 		default:
 			f := fmt.Sprintf("%slines[%d].stream", prefix, i)
-			return nil, &FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
+			return nil, &protocol.FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
 		}
 		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
 	}
 	return lines, nil
 }
 
-// appendChunk stores a checked chunk of a live attempt's output (with w,
-// at w's flush); a repeated seq is ignored.
-func appendChunk(ctx context.Context, tx store.Tx, w *runWrites, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
+// appendChunk stores a checked chunk of a live attempt's output through
+// w; a repeated seq is ignored.
+func appendChunk(ctx context.Context, tx store.Tx, w runWriter, a *store.Attempt, seq int64, lines []store.LogLine, now time.Time) error {
 	for i := range lines {
 		if lines[i].At.IsZero() {
 			lines[i].At = now
 		}
 	}
-	if err := w.logAppend(ctx, tx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
+	if err := w.logAppend(ctx, &store.LogAppendParams{RunID: a.RunID, AttemptID: a.ID, Seq: seq, Lines: lines}); err != nil {
 		return err
 	}
 	// Log followers wait on the wake-up channel; a chunk makes no work
@@ -687,7 +688,7 @@ func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *p
 	if len(req.Reason) > 1000 {
 		return fmt.Errorf("reason too long: %w", protocol.ErrBadRequest)
 	}
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		a, r, now, err := s.checkAttempt(ctx, tx, call)
 		if errors.Is(err, errEnded) {
 			return fmt.Errorf("attempt %s already ended: %w", a.ID, protocol.ErrAttemptStale)
@@ -695,7 +696,7 @@ func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *p
 		if err != nil {
 			return err
 		}
-		return s.endAttempt(ctx, tx, nil, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
+		return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptRelinquished, nil, now, "runner:"+call.Runner.ID, req.Reason)
 	}))
 }
 
@@ -719,7 +720,7 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 		return nil, err
 	}
 	var resp *protocol.ResultResponse
-	err = s.commits.do(ctx, func(tx store.Tx) error {
+	err = s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, r, now, ack, err := s.resultCheck(ctx, tx, call, in, nil)
 		if err != nil {
 			return err
@@ -728,13 +729,13 @@ func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *proto
 			resp = ack
 			return nil
 		}
-		if resp, err = s.resultWrite(ctx, tx, nil, call, in, a, r, now); err != nil {
+		if resp, err = s.resultWrite(ctx, tx, writeNow{tx}, call, in, a, r, now); err != nil {
 			return err
 		}
 		return failpoint.Inject("result.beforeCommit")
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if err := failpoint.Inject("result.afterCommitBeforeReply"); err != nil {
 		return nil, err
@@ -767,7 +768,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 		r   *store.Run
 		now time.Time
 	}
-	err = s.commits.do(ctx, func(tx store.Tx) error {
+	err = s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		// Every item is checked (its rows locked) before any is written,
 		// so that the lease keys of all of them can be locked in order
 		// first (keyorder.go). The items are distinct attempts, and a run
@@ -793,7 +794,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			out[i] = ResultOutcome{AttemptID: calls[i].Attempt}
 			a, r, now, ack, err := s.resultCheck(ctx, tx, calls[i], in, byID)
 			switch {
-			case isRefusal(err):
+			case protocol.IsRefusal(err):
 				// The checks only read: refusing this item leaves the
 				// transaction as it was.
 				out[i].Err = err
@@ -814,7 +815,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			return err
 		}
 		written := map[string]string{} // run ID → its state after an item's write
-		w := &runWrites{}
+		w := newRunWrites(tx)
 		for i, c := range checks {
 			if c == nil {
 				if st, ok := written[calls[i].Run]; ok && out[i].Err == nil {
@@ -829,10 +830,10 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 			out[i].RunState = resp.RunState
 			written[c.r.ID] = resp.RunState
 		}
-		return w.flush(ctx, tx)
+		return w.flush(ctx)
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return out, nil
 }
@@ -853,10 +854,10 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 	for i := range req.Results {
 		it := &req.Results[i]
 		if it.RunID == "" || it.AttemptID == "" || it.LeaseToken == "" {
-			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d]", i), Err: fmt.Errorf("results[%d]: run_id, attempt_id and lease_token are required: %w", i, protocol.ErrBadRequest)}
+			return nil, nil, &protocol.FieldError{Field: fmt.Sprintf("results[%d]", i), Err: fmt.Errorf("results[%d]: run_id, attempt_id and lease_token are required: %w", i, protocol.ErrBadRequest)}
 		}
 		if j, dup := seen[it.AttemptID]; dup {
-			return nil, nil, &FieldError{Field: fmt.Sprintf("results[%d].attempt_id", i), Err: fmt.Errorf("results[%d]: attempt %s is also results[%d]: %w", i, it.AttemptID, j, protocol.ErrBadRequest)}
+			return nil, nil, &protocol.FieldError{Field: fmt.Sprintf("results[%d].attempt_id", i), Err: fmt.Errorf("results[%d]: attempt %s is also results[%d]: %w", i, it.AttemptID, j, protocol.ErrBadRequest)}
 		}
 		seen[it.AttemptID] = i
 		in, err := prepareResult(&it.ResultRequest)
@@ -867,13 +868,6 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 		calls[i] = &authn.SignedCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}
 	}
 	return ins, calls, nil
-}
-
-// isRefusal reports whether err refuses a request (a 4xx problem) rather
-// than reporting a failure to serve it.
-func isRefusal(err error) bool {
-	var pe *protocol.Error
-	return errors.As(err, &pe) && pe.Status < 500
 }
 
 // resultInput is a result request validated outside any transaction.
@@ -945,7 +939,7 @@ func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.Sign
 
 // resultWrite records a checked result: its log chunk, then the attempt's
 // end.
-func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
+func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w runWriter, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
 	if in.req.Logs != nil {
 		// Before the attempt ends: a log follower that sees the run
 		// finished has seen its last lines.
@@ -961,9 +955,9 @@ func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w *runWrites, ca
 
 // endAttempt ends a live attempt and moves its run on: to its end, or to a
 // new attempt when the retry policy allows (or the attempt was given back).
-// Both rows must be locked by the caller. With w, the update of a run that
-// ends is held back for w's flush; a next attempt is written at once.
-func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
+// Both rows must be locked by the caller. The update of a run that ends
+// goes through w; a next attempt is written to tx at once.
+func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *store.Run, a *store.Attempt, state store.AttemptState, result json.RawMessage, now time.Time, actor, reason string) error {
 	a.State = state
 	a.EndedAt = &now
 	if result != nil {
@@ -1037,7 +1031,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 		if err := tx.WakeWatchers(ctx); err != nil {
 			return err
 		}
-		if err := w.attemptRunUpdate(ctx, tx, a, r); err != nil {
+		if err := w.attemptRunUpdate(ctx, a, r); err != nil {
 			return err
 		}
 	}
@@ -1052,10 +1046,10 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w *runWrites, r *
 func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *protocol.RotateKeyRequest) error {
 	pub, err := protocol.DecodePublicKey(req.PublicKey)
 	if err != nil {
-		return fmt.Errorf("public_key: %s: %w", err.Error(), protocol.ErrBadRequest)
+		return protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
 	}
 	defer s.runnerLists.invalidate()
-	return mapStoreErr(s.store.InTx(ctx, func(tx store.Tx) error {
+	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
 		rn, err := tx.RunnerGetByID(ctx, call.Runner.ID, true)
 		if err != nil {
 			return err
@@ -1080,7 +1074,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 	ctx = store.WithSystem(ctx, "reaper") // cross-tenant by nature (docs/operations.md)
 	expired, err := s.store.AttemptListExpired(ctx, &store.AttemptListExpiredParams{Now: s.clock.NowOrNil(), Limit: s.batch})
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	if err := failpoint.Inject("rescue.afterSelect"); err != nil {
 		return 0, err
@@ -1106,10 +1100,10 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 				return err
 			}
 			done = true
-			return s.endAttempt(ctx, tx, nil, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
+			return s.endAttempt(ctx, tx, writeNow{tx}, r, a, store.AttemptExpired, nil, now, "system:reaper", "lease expired")
 		})
 		if err != nil {
-			return n, mapStoreErr(err)
+			return n, store.Refusal(err)
 		}
 		if done {
 			n++
@@ -1123,5 +1117,5 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 func (s *Service) PurgeNonces(ctx context.Context) (int, error) {
 	ctx = store.WithSystem(ctx, "nonce purge") // cross-tenant by nature (docs/operations.md)
 	n, err := s.store.NoncePurge(ctx, s.clock.NowOrNil())
-	return n, mapStoreErr(err)
+	return n, store.Refusal(err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -35,11 +36,15 @@ func (e *DeniedError) Error() string { return "denied: " + e.Decision.Explanatio
 // Unwrap makes a DeniedError match protocol.ErrDenied.
 func (e *DeniedError) Unwrap() error { return protocol.ErrDenied }
 
+// DeniedRun names the run kept for audit and the decision that denied it
+// (problem.Denial).
+func (e *DeniedError) DeniedRun() (string, any) { return e.RunID, e.Decision }
+
 var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
 
 // RequestRun authorizes and records a run request. created is false when an
 // earlier request with the same idempotency key is returned.
-func (s *Service) RequestRun(ctx context.Context, actor Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
+func (s *Service) RequestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
 	return s.requestRun(ctx, actor, req, requestOrigin{})
 }
 
@@ -57,7 +62,7 @@ type requestOrigin struct {
 	GitHub *githubRunOrigin
 }
 
-func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
+func (s *Service) requestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
 	if err := checkRunRequest(req); err != nil {
 		return nil, false, err
 	}
@@ -65,7 +70,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 	if v != nil || err != nil {
 		return v, false, err
 	}
-	err = s.commits.do(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, nil, p) })
+	err = s.grouped.InTx(ctx, func(tx store.Tx) error { return s.writeRun(ctx, tx, writeNow{tx}, p) })
 	if errors.Is(err, store.ErrAlreadyExists) && req.IdempotencyKey != "" {
 		// A concurrent request with the same key won the insert.
 		v, err := s.byIdempotencyKey(ctx, actor, req)
@@ -75,7 +80,7 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 		return v, false, err
 	}
 	if err != nil {
-		return nil, false, mapStoreErr(err)
+		return nil, false, store.Refusal(err)
 	}
 	v, err = s.requested(ctx, p)
 	return v, err == nil, err
@@ -85,16 +90,16 @@ func (s *Service) requestRun(ctx context.Context, actor Actor, req *protocol.Run
 // looked up: a refusal here is the caller's mistake, whatever the catalog.
 func checkRunRequest(req *protocol.RunRequest) error {
 	if req.Job == "" {
-		return &FieldError{Field: "job", Err: fmt.Errorf("job is required: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "job", Err: fmt.Errorf("job is required: %w", protocol.ErrBadRequest)}
 	}
 	if req.Channel == "" {
-		return &FieldError{Field: "channel", Err: fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "channel", Err: fmt.Errorf("channel is required: %w", protocol.ErrBadRequest)}
 	}
 	if req.IdempotencyKey != "" && !idempotencyKeyRE.MatchString(req.IdempotencyKey) {
-		return &FieldError{Field: "idempotency_key", Err: fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "idempotency_key", Err: fmt.Errorf("idempotency_key must match %s: %w", idempotencyKeyRE, protocol.ErrBadRequest)}
 	}
 	if len(req.Reason) > 1000 {
-		return &FieldError{Field: "reason", Err: fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)}
+		return &protocol.FieldError{Field: "reason", Err: fmt.Errorf("reason is longer than 1000 characters: %w", protocol.ErrBadRequest)}
 	}
 	return nil
 }
@@ -102,7 +107,7 @@ func checkRunRequest(req *protocol.RunRequest) error {
 // preparedRun is a run request decided outside any transaction: the run
 // to write, with what its transaction needs.
 type preparedRun struct {
-	actor    Actor
+	actor    principal.Actor
 	run      *store.Run
 	spec     Spec
 	keys     []store.LeaseKey
@@ -124,7 +129,7 @@ type requestBatch struct {
 // prepareRun resolves, validates and decides a checked run request. It
 // returns the earlier run instead when the request's idempotency key names
 // one.
-func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
+func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
 	if req.IdempotencyKey != "" {
 		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
 			return nil, v, err
@@ -156,15 +161,15 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 	}
 	spec, ok := cat.Job(req.Job)
 	if !ok {
-		return nil, nil, &FieldError{Field: "job", Err: fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)}
+		return nil, nil, &protocol.FieldError{Field: "job", Err: fmt.Errorf("no job %q in channel %s at %s: %w", req.Job, req.Channel, short(cat.Commit()), protocol.ErrUnknownJob)}
 	}
 	params, err := cat.ValidateParams(req.Job, req.Params)
 	if err != nil {
 		var pe *ParamsError
 		if errors.As(err, &pe) {
-			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &protocol.FieldError{Field: pe.Field, Err: protocol.Refused(protocol.ErrInvalidParams, pe)}
 		}
-		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, protocol.Refused(protocol.ErrInvalidParams, err)
 	}
 	ref := req.Ref
 	if ref == "" {
@@ -185,9 +190,9 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 	if err != nil {
 		var pe *lease.ParamError
 		if errors.As(err, &pe) {
-			return nil, nil, &FieldError{Field: pe.Field, Err: fmt.Errorf("%s: %w", pe.Error(), protocol.ErrInvalidParams)}
+			return nil, nil, &protocol.FieldError{Field: pe.Field, Err: protocol.Refused(protocol.ErrInvalidParams, pe)}
 		}
-		return nil, nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrInvalidParams)
+		return nil, nil, protocol.Refused(protocol.ErrInvalidParams, err)
 	}
 	keysJSON, err := json.Marshal(keys)
 	if err != nil {
@@ -241,10 +246,10 @@ func (s *Service) prepareRun(ctx context.Context, actor Actor, req *protocol.Run
 // writeRun records a prepared run in tx: its row, its first attempt when
 // queued, its audit event. A refusal (a held reject key, a consumed once
 // key) comes from reads before any write, so a batch can refuse one run
-// and go on with the others in the same transaction. With w, the insert of
-// a queued run without lease keys or a Check Run is held back for w's
-// flush.
-func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *preparedRun) error {
+// and go on with the others in the same transaction. The insert of a
+// queued run without lease keys or a Check Run goes through w; the others
+// are written to tx at once (later reads in tx need them).
+func (s *Service) writeRun(ctx context.Context, tx store.Tx, w runWriter, p *preparedRun) error {
 	run, decision := p.run, p.decision
 	p.att = nil
 	// A zero time lets the insert read the database clock, which a
@@ -272,9 +277,7 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w *runWrites, p *pr
 		if len(p.keys) == 0 && p.github == nil {
 			// Nothing later in the transaction reads the run: no key
 			// check looks for it, no Check Run row refers to it.
-			create = func(ctx context.Context, r *store.Run, a *store.Attempt) error {
-				return w.runCreateQueued(ctx, tx, r, a)
-			}
+			create = w.runCreateQueued
 		}
 		if err := create(ctx, run, att); err != nil {
 			return err
@@ -320,24 +323,13 @@ func (s *Service) requested(ctx context.Context, p *preparedRun) (*RunView, erro
 	return v, nil
 }
 
-// FieldError is a refusal that names the input field at fault.
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the refusal.
-func (e *FieldError) Unwrap() error { return e.Err }
-
-func (s *Service) byIdempotencyKey(ctx context.Context, actor Actor, req *protocol.RunRequest) (*RunView, error) {
+func (s *Service) byIdempotencyKey(ctx context.Context, actor principal.Actor, req *protocol.RunRequest) (*RunView, error) {
 	r, err := s.store.RunGetByIdempotencyKey(ctx, actor.TenantID, actor.Name, req.IdempotencyKey)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if r.Job != req.Job || r.Channel != req.Channel || !sameParams(r.Params, req.Params) {
 		return nil, fmt.Errorf("idempotency key %q was used for run %s with another job, channel or parameters: %w", req.IdempotencyKey, r.ID, protocol.ErrIdempotencyConflict)
@@ -384,15 +376,15 @@ func short(sha string) string {
 func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*RunView, error) {
 	r, err := q.RunGetByID(ctx, runID, false)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	atts, err := q.AttemptListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	apps, err := q.ApprovalListByRun(ctx, runID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	v := &RunView{Run: r, Attempts: atts, Approvals: apps}
 	s.explainWait(ctx, q, v)
@@ -414,7 +406,7 @@ func grantsOrEmpty(g map[string]string) map[string]string {
 }
 
 // GetRun returns a run of the actor's tenant.
-func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+func (s *Service) GetRun(ctx context.Context, actor principal.Actor, runID string) (*RunView, error) {
 	v, err := s.view(ctx, s.store, runID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && v.Run.Tenant != actor.TenantID) {
 		return nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
@@ -426,7 +418,7 @@ func (s *Service) GetRun(ctx context.Context, actor Actor, runID string) (*RunVi
 }
 
 // ListRuns pages the tenant's runs, newest first.
-func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListParams) ([]*RunView, string, error) {
+func (s *Service) ListRuns(ctx context.Context, actor principal.Actor, p store.RunListParams) ([]*RunView, string, error) {
 	runs, next, err := s.ListRunSummaries(ctx, actor, p)
 	if err != nil {
 		return nil, "", err
@@ -438,11 +430,11 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 	}
 	atts, err := s.store.AttemptListByRuns(ctx, ids)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	apps, err := s.store.ApprovalListByRuns(ctx, ids)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	byRun := make(map[string]*RunView, len(runs))
 	out := make([]*RunView, 0, len(runs))
@@ -470,7 +462,7 @@ func (s *Service) ListRuns(ctx context.Context, actor Actor, p store.RunListPara
 // CancelRun cancels a run: at once when it has not started, and by telling
 // its runner (through renew and heartbeat) when it is running. The requester
 // and admins may cancel.
-func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*RunView, error) {
+func (s *Service) CancelRun(ctx context.Context, actor principal.Actor, runID string) (*RunView, error) {
 	err := s.store.InTx(ctx, func(tx store.Tx) error {
 		// Lock order everywhere: attempt, then run (claims lock in that order).
 		atts, err := tx.AttemptListByRun(ctx, runID)
@@ -535,25 +527,25 @@ func (s *Service) CancelRun(ctx context.Context, actor Actor, runID string) (*Ru
 		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancelled", r.ID, nil)
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return s.view(ctx, s.store, runID)
 }
 
 // Logs returns a run's lines after a cursor.
-func (s *Service) Logs(ctx context.Context, actor Actor, runID string, after int64, limit int) ([]*store.LogLine, *store.Run, error) {
+func (s *Service) Logs(ctx context.Context, actor principal.Actor, runID string, after int64, limit int) ([]*store.LogLine, *store.Run, error) {
 	r, err := s.store.RunGetByID(ctx, runID, false)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Tenant != actor.TenantID) {
 		return nil, nil, fmt.Errorf("run %s: %w", runID, protocol.ErrNotFound)
 	}
 	if err != nil {
-		return nil, nil, mapStoreErr(err)
+		return nil, nil, store.Refusal(err)
 	}
 	if limit <= 0 || limit > 5000 {
 		limit = 1000
 	}
 	lines, err := s.store.LogList(ctx, &store.LogListParams{RunID: runID, After: after, Limit: limit})
-	return lines, r, mapStoreErr(err)
+	return lines, r, store.Refusal(err)
 }
 
 // Wake returns a channel closed when work may have changed; log followers use it too.

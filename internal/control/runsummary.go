@@ -3,13 +3,14 @@ package control
 import (
 	"context"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
 // ListRunSummaries pages the tenant's runs, newest first, like ListRuns but
 // without their attempts and approvals: one query per page, for lists that
 // show only the runs' own columns (the web UI's runs table).
-func (s *Service) ListRunSummaries(ctx context.Context, actor Actor, p store.RunListParams) ([]*store.Run, string, error) {
+func (s *Service) ListRunSummaries(ctx context.Context, actor principal.Actor, p store.RunListParams) ([]*store.Run, string, error) {
 	if p.Limit <= 0 || p.Limit > 500 {
 		p.Limit = 50
 	}
@@ -18,7 +19,7 @@ func (s *Service) ListRunSummaries(ctx context.Context, actor Actor, p store.Run
 	p.Limit = want + 1
 	runs, err := s.store.RunList(ctx, &p)
 	if err != nil {
-		return nil, "", mapStoreErr(err)
+		return nil, "", store.Refusal(err)
 	}
 	next := ""
 	if len(runs) > want {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -187,7 +188,7 @@ func (s *Service) fireServerSchedules(ctx context.Context) (int, error) {
 	}
 	t, err := s.store.TenantEnsure(ctx, catalogTenant, s.clock.NowOrNil())
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	cats, scheds := s.scheduledChannels(ctx)
 	fired := 0
@@ -241,10 +242,10 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 		if errors.Is(err, store.ErrAlreadyExists) {
 			return false, nil // another replica saw it first
 		}
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if err != nil {
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if st.Cron != js.Cron || st.TZ != js.TZ {
 		// A changed expression or zone starts afresh, like a first sight.
@@ -254,7 +255,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 			return false, fmt.Errorf("cron %q never fires after %s", js.Cron, now.Format(time.RFC3339))
 		}
 		if err := s.store.ScheduleAdvance(ctx, &adv, st.NextFireAt); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return false, mapStoreErr(err)
+			return false, store.Refusal(err)
 		}
 		return false, nil
 	}
@@ -277,7 +278,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat ScheduleC
 	if err := s.store.ScheduleAdvance(ctx, &adv, st.NextFireAt); errors.Is(err, store.ErrNotFound) {
 		return false, nil // another replica claimed this fire time
 	} else if err != nil {
-		return false, mapStoreErr(err)
+		return false, store.Refusal(err)
 	}
 	if !fire {
 		s.log.InfoContext(ctx, "control: missed schedule window skipped (catch_up: none)", "job", js.Job, "channel", js.Channel,
@@ -322,7 +323,7 @@ func ScheduleIdempotencyKey(channel, job string, window time.Time) string {
 // The run is requested from the catalog the pass read, so that it runs
 // the commit the schedule was seen in.
 func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catalog, js JobSchedule, window time.Time) error {
-	actor := Actor{TenantID: tenant, Name: SchedulerPrincipal, Kind: "service"}
+	actor := principal.Actor{TenantID: tenant, Name: SchedulerPrincipal, Kind: "service"}
 	w := window.UTC().Format(time.RFC3339)
 	req := &protocol.RunRequest{
 		Job: js.Job, Channel: js.Channel, Params: js.Params,
@@ -347,17 +348,17 @@ func (s *Service) requestScheduled(ctx context.Context, tenant string, cat Catal
 // The schedules are the caller's tenant's: an installation tenant sees
 // those of its .jobplane repository (none without one), every other tenant
 // those of the server's definitions.
-func (s *Service) ListSchedules(ctx context.Context, actor Actor) (*SchedulesView, error) {
+func (s *Service) ListSchedules(ctx context.Context, actor principal.Actor) (*SchedulesView, error) {
 	in, err := s.store.GitHubInstallationGetByTenant(ctx, actor.TenantID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	if in == nil && s.defs == nil {
 		return nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
 	}
 	rows, err := s.store.ScheduleList(ctx, actor.TenantID)
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	state := map[[2]string]*store.Schedule{}
 	for _, r := range rows {

@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -88,7 +89,7 @@ func (e *schedEnv) fire(want int) {
 
 func (e *schedEnv) runs() []*control.RunView {
 	e.t.Helper()
-	runs, _, err := e.svc.ListRuns(context.Background(), control.Actor{TenantID: e.tenant}, store.RunListParams{Job: "hourly", Limit: 100})
+	runs, _, err := e.svc.ListRuns(context.Background(), principal.Actor{TenantID: e.tenant}, store.RunListParams{Job: "hourly", Limit: 100})
 	require.NoError(e.t, err)
 	return runs
 }
@@ -142,7 +143,7 @@ func TestScheduleFiresOnceAtCronTime(t *testing.T) {
 		require.Equal(t, at(13, 0, 0), *s.LastWindow)
 
 		// The listing shows the next firing.
-		v, err := e.svc.ListSchedules(context.Background(), control.Actor{TenantID: e.tenant})
+		v, err := e.svc.ListSchedules(context.Background(), principal.Actor{TenantID: e.tenant})
 		require.NoError(t, err)
 		require.Len(t, v.Schedules, 1)
 		require.Equal(t, "hourly", v.Schedules[0].Job)

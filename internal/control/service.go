@@ -4,15 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/connector"
-	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/groupcommit"
 )
 
 // Definitions resolves a channel to the job definitions and policies in force.
@@ -94,17 +94,16 @@ type ApprovalRequirement struct {
 	Approvers []string `json:"approvers"`
 }
 
-// Actor is the authenticated caller of the control API.
-type Actor struct {
-	TenantID string
-	Name     string
-	Kind     string
-	Admin    bool
-}
-
 // Config configures the Service.
 type Config struct {
-	Store       store.Store
+	// Store is the database.
+	Store store.Store
+	// Grouped runs the transactions of the hot calls: claims, renewals,
+	// log chunks, results and run requests, with the pending nonces of
+	// their signed requests. A groupcommit.Store shares one transaction
+	// among the calls waiting at that moment; nil is one over Store with
+	// the default settings.
+	Grouped     store.Store
 	Clock       clock.Clock
 	Definitions Definitions
 	Logger      *slog.Logger
@@ -120,14 +119,6 @@ type Config struct {
 	Broker *connector.Broker
 	// GitHub configures pull-request runs (nil: none).
 	GitHub *GitHubRuns
-	// CommitBatch bounds the calls that share one group transaction
-	// (commit.go); 0 is DefaultCommitBatch, 1 turns group commit off.
-	CommitBatch int
-	// CommitConcurrency bounds the group transactions running their
-	// bodies at once on a store with concurrent writers, with as many more
-	// committing (commit.go); 0 is DefaultCommitConcurrency. A store with
-	// one writer always has one.
-	CommitConcurrency int
 	// Artifacts configures artifact storage and source tickets.
 	Artifacts ArtifactConfig
 	// Metrics receives measurements (internal/metrics); nil records nothing.
@@ -137,25 +128,26 @@ type Config struct {
 // Service is the run service.
 type Service struct {
 	store store.Store
+	// grouped runs the hot calls' transactions (Config.Grouped).
+	grouped store.Store
 	// runnerLists caches runner lists for queued runs' explanations.
 	runnerLists runnerLists
 	// actorKinds caches principals' kinds for the re-check at dispatch.
 	actorKinds actorKinds
 	// specs caches the pinned specs claim answers are made of.
-	specs   specCache
-	clock   clock.Clock
-	defs    Definitions
-	log     *slog.Logger
-	apiURL  string
-	batch   int
-	appTTL  time.Duration
-	creds   *Credentials
-	broker  *connector.Broker
-	art     ArtifactConfig
-	obs     Observer
-	gh      *GitHubRuns
-	commits *committer
-	lines   claimLines
+	specs  specCache
+	clock  clock.Clock
+	defs   Definitions
+	log    *slog.Logger
+	apiURL string
+	batch  int
+	appTTL time.Duration
+	creds  *Credentials
+	broker *connector.Broker
+	art    ArtifactConfig
+	obs    Observer
+	gh     *GitHubRuns
+	lines  claimLines
 }
 
 // New returns a Service.
@@ -175,43 +167,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ApprovalTTL <= 0 {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
-	return &Service{store: cfg.Store, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
-		obs: observerOrNop(cfg.Metrics), commits: newCommitter(cfg.Store, cfg.CommitBatch, cfg.CommitConcurrency), gh: cfg.GitHub}, nil
-}
-
-// mapStoreErr turns store failures into protocol refusals: a lost commit is
-// "retry" (the client repeats with the same request ID), an unreachable
-// database is "unavailable".
-func mapStoreErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, new(*protocol.Error)):
-		return err
-	case errors.Is(err, store.ErrCommitUnknown):
-		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrContention):
-		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
+	if cfg.Grouped == nil {
+		cfg.Grouped = groupcommit.New(cfg.Store, groupcommit.Config{Refusal: protocol.IsRefusal})
 	}
-	return err
+	return &Service{store: cfg.Store, grouped: cfg.Grouped, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
+		obs: observerOrNop(cfg.Metrics), gh: cfg.GitHub}, nil
 }
 
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
-	var raw json.RawMessage
-	if details != nil {
-		b, err := json.Marshal(details)
-		if err != nil {
-			return err
-		}
-		raw = b
-	}
-	if err := tx.AuditAppend(ctx, auditEvent(tenant, actor, action, subject, raw, s.nowValue())); err != nil {
-		return fmt.Errorf("append audit event: %w", err)
-	}
-	return failpoint.Inject("audit.afterInsertBeforeCommit")
+	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
 }
 
 // nowValue is the fake time in tests and the zero time (store picks database

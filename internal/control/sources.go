@@ -36,7 +36,7 @@ func (s *Service) pinSource(spec *Spec, ref string) error {
 	}
 	commit, err := s.art.Sources.Head(spec.Source.Repo, spec.Source.Branch)
 	if err != nil {
-		return fmt.Errorf("source of job %s: %s: %w", spec.Name, err.Error(), protocol.ErrSourceUnavailable)
+		return protocol.Refused(protocol.ErrSourceUnavailable, fmt.Errorf("source of job %s: %w", spec.Name, err))
 	}
 	spec.Source.Commit = commit
 	return nil
@@ -85,7 +85,7 @@ func (s *Service) AttemptSource(ctx context.Context, call *authn.SignedCall) (*p
 			map[string]any{"attempt": a.ID, "repo": src.Repo, "commit": src.Commit, "expires_at": exp})
 	})
 	if err != nil {
-		return nil, mapStoreErr(err)
+		return nil, store.Refusal(err)
 	}
 	return out, nil
 }
@@ -110,7 +110,7 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 		ctx := store.WithTenant(ctx, t.Tenant)
 		if err := s.checkLive(ctx, tx, t.AttemptID, t.LeaseDigest); err != nil {
 			if errors.As(err, new(*protocol.Error)) {
-				return fmt.Errorf("the source ticket's attempt no longer holds its lease (%s): %w", err.Error(), protocol.ErrTicketExpired)
+				return protocol.Refused(protocol.ErrTicketExpired, fmt.Errorf("the source ticket's attempt no longer holds its lease (%w)", err))
 			}
 			return err
 		}
@@ -118,7 +118,7 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 			map[string]any{"attempt": t.AttemptID, "repo": t.Repo, "commit": t.Commit})
 	})
 	if err != nil {
-		return mapStoreErr(err)
+		return store.Refusal(err)
 	}
 	ctx = store.WithTenant(ctx, t.Tenant)
 	if isGitHubRepo(t.Repo) {
@@ -128,7 +128,7 @@ func (s *Service) RedeemSource(ctx context.Context, ticket string, open func() i
 		return fmt.Errorf("this server has no source repositories: %w", protocol.ErrSourceUnavailable)
 	}
 	if err := s.art.Sources.Archive(ctx, t.Repo, t.Commit, open); err != nil {
-		return fmt.Errorf("archive %s at %s: %s: %w", t.Repo, t.Commit, err.Error(), protocol.ErrSourceUnavailable)
+		return protocol.Refused(protocol.ErrSourceUnavailable, fmt.Errorf("archive %s at %s: %w", t.Repo, t.Commit, err))
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (s *Service) fireTenantSchedules(ctx context.Context) (int, error) {
 	}
 	ins, err := s.store.GitHubInstallationList(ctx)
 	if err != nil {
-		return 0, mapStoreErr(err)
+		return 0, store.Refusal(err)
 	}
 	fired := 0
 	var errs []error

@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -69,7 +70,7 @@ func tenantScheduleEnv(t *testing.T, st store.Store) (e *prEnv, replicas []*cont
 
 func (e *prEnv) runsOfTenant(tenant string) []*control.RunView {
 	e.t.Helper()
-	runs, _, err := e.svc.ListRuns(context.Background(), control.Actor{TenantID: tenant}, store.RunListParams{Limit: 100})
+	runs, _, err := e.svc.ListRuns(context.Background(), principal.Actor{TenantID: tenant}, store.RunListParams{Limit: 100})
 	require.NoError(e.t, err)
 	return runs
 }
@@ -107,7 +108,7 @@ func TestTenantSchedulesFireInTheirTenant(t *testing.T) {
 		require.Equal(t, 0, pass(t, replicas), "first sight never fires")
 		// Each tenant sees its own next firings only.
 		list := func(tenant string) []control.ScheduleView {
-			v, err := e.svc.ListSchedules(ctx, control.Actor{TenantID: tenant, Name: "someone"})
+			v, err := e.svc.ListSchedules(ctx, principal.Actor{TenantID: tenant, Name: "someone"})
 			require.NoError(t, err)
 			return v.Schedules
 		}
@@ -190,7 +191,7 @@ func TestCatalogViewsPerTenant(t *testing.T) {
 		def, err := st.TenantEnsure(ctx, control.DefaultTenant, nil)
 		require.NoError(t, err)
 		names := func(tenant, channel string) ([]string, error) {
-			v, err := e.svc.ListJobs(ctx, control.Actor{TenantID: tenant, Name: "someone"}, channel, "")
+			v, err := e.svc.ListJobs(ctx, principal.Actor{TenantID: tenant, Name: "someone"}, channel, "")
 			if err != nil {
 				return nil, err
 			}
@@ -212,18 +213,18 @@ func TestCatalogViewsPerTenant(t *testing.T) {
 		_, err = names(e.tenant(1), "staging")
 		require.ErrorIs(t, err, protocol.ErrUnknownChannel)
 
-		_, err = e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(1)}, "prod", "", "nightly")
+		_, err = e.svc.ShowJob(ctx, principal.Actor{TenantID: e.tenant(1)}, "prod", "", "nightly")
 		require.ErrorIs(t, err, protocol.ErrUnknownJob, "the server's job is not the tenant's")
-		_, err = e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(2)}, "prod", "", "report")
+		_, err = e.svc.ShowJob(ctx, principal.Actor{TenantID: e.tenant(2)}, "prod", "", "report")
 		require.ErrorIs(t, err, protocol.ErrUnknownJob, "another tenant's job is unknown")
-		v, err := e.svc.ShowJob(ctx, control.Actor{TenantID: e.tenant(1)}, "prod", "", "report")
+		v, err := e.svc.ShowJob(ctx, principal.Actor{TenantID: e.tenant(1)}, "prod", "", "report")
 		require.NoError(t, err)
 		require.Equal(t, "report", v.Name)
 
-		cv, err := e.svc.Catalogs(ctx, control.Actor{TenantID: e.tenant(1)})
+		cv, err := e.svc.Catalogs(ctx, principal.Actor{TenantID: e.tenant(1)})
 		require.NoError(t, err)
 		require.Len(t, cv.Channels, 1)
-		cv2, err := e.svc.Catalogs(ctx, control.Actor{TenantID: e.tenant(2)})
+		cv2, err := e.svc.Catalogs(ctx, principal.Actor{TenantID: e.tenant(2)})
 		require.NoError(t, err)
 		require.Len(t, cv2.Channels, 1)
 		require.NotEqual(t, cv.Channels[0].ActiveCommit, cv2.Channels[0].ActiveCommit)

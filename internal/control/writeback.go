@@ -6,42 +6,74 @@ import (
 	"github.com/jobplane/jobplane/internal/store"
 )
 
+// runWriter is where a transaction body writes new runs, run and attempt
+// updates and log chunks: straight into the transaction (writeNow), or
+// held back so that each kind reaches the store in one statement
+// (runWrites). Everything else a body writes (a next attempt, released
+// keys, audit events) goes to the transaction in place.
+type runWriter interface {
+	// runCreateQueued is tx.RunCreateQueued. ErrAlreadyExists (a taken
+	// idempotency key) may come from flush.
+	runCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error
+	// runUpdate is tx.RunUpdate.
+	runUpdate(ctx context.Context, r *store.Run) error
+	// attemptRunUpdate is tx.AttemptRunUpdate.
+	attemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error
+	// logAppend is tx.LogAppend; a repeated chunk is ignored.
+	logAppend(ctx context.Context, p *store.LogAppendParams) error
+	// flush writes whatever is held back. A body calls it last.
+	flush(ctx context.Context) error
+}
+
+// writeNow writes in place: the body of a call that moves one run.
+type writeNow struct{ tx store.Tx }
+
+func (w writeNow) runCreateQueued(ctx context.Context, r *store.Run, a *store.Attempt) error {
+	return w.tx.RunCreateQueued(ctx, r, a)
+}
+
+func (w writeNow) runUpdate(ctx context.Context, r *store.Run) error { return w.tx.RunUpdate(ctx, r) }
+
+func (w writeNow) attemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error {
+	return w.tx.AttemptRunUpdate(ctx, a, r)
+}
+
+func (w writeNow) logAppend(ctx context.Context, p *store.LogAppendParams) error {
+	_, err := w.tx.LogAppend(ctx, p)
+	return err
+}
+
+func (writeNow) flush(context.Context) error { return nil }
+
 // runWrites holds back the new runs, the run and attempt updates and the
 // log chunks of a call that moves several runs (a run batch, a claim of
 // several, a results call), so that each kind reaches the store in one
 // statement at flush (store.RunsCreateQueued, RunUpdates,
 // AttemptRunUpdates, LogAppends), in the same transaction: a statement
-// costs PostgreSQL about as much as the row it writes. Only writes of rows the transaction has locked, and that
-// nothing later in it reads, are held back; everything else (a next
-// attempt, released keys, audit events) is written in place. A nil
-// *runWrites writes at once.
+// costs PostgreSQL about as much as the row it writes. Only writes of rows
+// the transaction has locked, and that nothing later in it reads, are held
+// back.
 //
-// It must be made inside the transaction's body, so that a body run again
-// (a retry, a group split) starts with none held.
+// It must be made inside the transaction's body (newRunWrites), so that a
+// body run again (a retry, a group split) starts with none held.
 type runWrites struct {
+	tx    store.Tx
 	added []store.AttemptRun // queued runs with their first attempts
 	runs  []*store.Run
 	pairs []store.AttemptRun
 	logs  []*store.LogAppendParams
 }
 
-// runCreateQueued is tx.RunCreateQueued, held back. ErrAlreadyExists
-// (a taken idempotency key) then comes from flush.
-func (w *runWrites) runCreateQueued(ctx context.Context, tx store.Tx, r *store.Run, a *store.Attempt) error {
-	if w == nil {
-		return tx.RunCreateQueued(ctx, r, a)
-	}
+func newRunWrites(tx store.Tx) *runWrites { return &runWrites{tx: tx} }
+
+func (w *runWrites) runCreateQueued(_ context.Context, r *store.Run, a *store.Attempt) error {
 	w.added = append(w.added, store.AttemptRun{Attempt: a, Run: r})
 	return nil
 }
 
-// runUpdate is tx.RunUpdate, held back.
-func (w *runWrites) runUpdate(ctx context.Context, tx store.Tx, r *store.Run) error {
-	if w == nil {
-		return tx.RunUpdate(ctx, r)
-	}
+func (w *runWrites) runUpdate(ctx context.Context, r *store.Run) error {
 	if w.holds(r.ID) {
-		if err := w.flush(ctx, tx); err != nil {
+		if err := w.flush(ctx); err != nil {
 			return err
 		}
 	}
@@ -49,13 +81,9 @@ func (w *runWrites) runUpdate(ctx context.Context, tx store.Tx, r *store.Run) er
 	return nil
 }
 
-// attemptRunUpdate is tx.AttemptRunUpdate, held back.
-func (w *runWrites) attemptRunUpdate(ctx context.Context, tx store.Tx, a *store.Attempt, r *store.Run) error {
-	if w == nil {
-		return tx.AttemptRunUpdate(ctx, a, r)
-	}
+func (w *runWrites) attemptRunUpdate(ctx context.Context, a *store.Attempt, r *store.Run) error {
 	if w.holds(r.ID) || w.holdsAttempt(a.ID) {
-		if err := w.flush(ctx, tx); err != nil {
+		if err := w.flush(ctx); err != nil {
 			return err
 		}
 	}
@@ -63,16 +91,10 @@ func (w *runWrites) attemptRunUpdate(ctx context.Context, tx store.Tx, a *store.
 	return nil
 }
 
-// logAppend is tx.LogAppend, held back; a repeated chunk is ignored
-// either way.
-func (w *runWrites) logAppend(ctx context.Context, tx store.Tx, p *store.LogAppendParams) error {
-	if w == nil {
-		_, err := tx.LogAppend(ctx, p)
-		return err
-	}
+func (w *runWrites) logAppend(ctx context.Context, p *store.LogAppendParams) error {
 	for _, q := range w.logs {
 		if q.AttemptID == p.AttemptID && q.Seq == p.Seq {
-			if err := w.flush(ctx, tx); err != nil {
+			if err := w.flush(ctx); err != nil {
 				return err
 			}
 			break
@@ -109,30 +131,27 @@ func (w *runWrites) holdsAttempt(id string) bool {
 
 // flush writes what is held back: new runs first, then the log chunks,
 // as a single result writes its chunk before it ends the attempt.
-func (w *runWrites) flush(ctx context.Context, tx store.Tx) error {
-	if w == nil {
-		return nil
-	}
+func (w *runWrites) flush(ctx context.Context) error {
 	if len(w.added) > 0 {
-		if err := tx.RunsCreateQueued(ctx, w.added); err != nil {
+		if err := w.tx.RunsCreateQueued(ctx, w.added); err != nil {
 			return err
 		}
 		w.added = w.added[:0]
 	}
 	if len(w.logs) > 0 {
-		if err := tx.LogAppends(ctx, w.logs); err != nil {
+		if err := w.tx.LogAppends(ctx, w.logs); err != nil {
 			return err
 		}
 		w.logs = w.logs[:0]
 	}
 	if len(w.pairs) > 0 {
-		if err := tx.AttemptRunUpdates(ctx, w.pairs); err != nil {
+		if err := w.tx.AttemptRunUpdates(ctx, w.pairs); err != nil {
 			return err
 		}
 		w.pairs = w.pairs[:0]
 	}
 	if len(w.runs) > 0 {
-		if err := tx.RunUpdates(ctx, w.runs); err != nil {
+		if err := w.tx.RunUpdates(ctx, w.runs); err != nil {
 			return err
 		}
 		w.runs = w.runs[:0]

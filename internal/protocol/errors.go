@@ -1,6 +1,9 @@
 package protocol
 
-import "net/http"
+import (
+	"errors"
+	"net/http"
+)
 
 // Error is a refusal with its HTTP status and stable code. The services return
 // these sentinels (wrapped with detail); the API maps them to problem+json in
@@ -56,3 +59,50 @@ var (
 	ErrSelfApproval             = newErr(http.StatusForbidden, CodeSelfApproval, "Self-approval")
 	ErrNotAnApprover            = newErr(http.StatusForbidden, CodeNotAnApprover, "Not an approver")
 )
+
+// IsRefusal reports whether err refuses a request (a 4xx problem) rather
+// than reporting a failure to serve it.
+func IsRefusal(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Status < 500
+}
+
+// Refused wraps err as a refusal: its text is err's followed by ": " and
+// the refusal's code, errors.Is and errors.As find refusal before anything
+// err wraps (the answer is refusal's, whatever err carries), and err's own
+// chain stays matchable.
+func Refused(refusal *Error, err error) error {
+	return &refusedError{refusal: refusal, err: err}
+}
+
+type refusedError struct {
+	refusal *Error
+	err     error
+}
+
+func (e *refusedError) Error() string   { return e.err.Error() + ": " + e.refusal.Code }
+func (e *refusedError) Unwrap() []error { return []error{e.refusal, e.err} }
+
+// FieldError is a refusal that names the input field at fault (a problem's
+// field).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// RunRefError is a refusal that points at another run (a problem's run_id:
+// 409 lease_held, 409 already_done).
+type RunRefError struct {
+	RunID string
+	Err   error
+}
+
+func (e *RunRefError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *RunRefError) Unwrap() error { return e.Err }

@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -38,7 +39,7 @@ type env struct {
 	repo  string
 	st    store.Store
 	svc   *control.Service
-	admin control.Actor
+	admin principal.Actor
 }
 
 func newEnv(t *testing.T, st store.Store, repo string, channels map[string]string) *env {
@@ -51,7 +52,7 @@ func newEnv(t *testing.T, st store.Store, repo string, channels map[string]strin
 	require.NoError(t, svc.LoadCatalogs(ctx))
 	tn, err := st.TenantEnsure(ctx, "default", nil)
 	require.NoError(t, err)
-	return &env{repo: repo, st: st, svc: svc, admin: control.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}}
+	return &env{repo: repo, st: st, svc: svc, admin: principal.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}}
 }
 
 func TestCatalogActivationsPersistAndPin(t *testing.T) {
@@ -178,7 +179,7 @@ func TestPatternChannelRunsAndShowJob(t *testing.T) {
 		require.ErrorIs(t, err, protocol.ErrUnknownJob)
 		_, err = e.svc.ListJobs(ctx, e.admin, "", "")
 		require.ErrorIs(t, err, protocol.ErrBadRequest, "two channels: the channel is required")
-		_, err = e.svc.SyncCatalogs(ctx, control.Actor{TenantID: e.admin.TenantID, Name: "olga"})
+		_, err = e.svc.SyncCatalogs(ctx, principal.Actor{TenantID: e.admin.TenantID, Name: "olga"})
 		require.ErrorIs(t, err, protocol.ErrForbidden)
 	})
 }

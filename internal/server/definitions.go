@@ -48,9 +48,9 @@ func (d *definitions) Resolve(_ context.Context, channel, ref string) (control.C
 	case errors.Is(err, gitsync.ErrUnknownChannel):
 		return nil, fmt.Errorf("channel %q: %w", channel, protocol.ErrUnknownChannel)
 	case errors.Is(err, gitsync.ErrRefRequired), errors.Is(err, gitsync.ErrRefNotAllowed):
-		return nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrBadRequest)
+		return nil, protocol.Refused(protocol.ErrBadRequest, err)
 	case err != nil:
-		return nil, fmt.Errorf("definitions of channel %s: %s: %w", channel, err.Error(), protocol.ErrCatalogUnavailable)
+		return nil, protocol.Refused(protocol.ErrCatalogUnavailable, fmt.Errorf("definitions of channel %s: %w", channel, err))
 	}
 	return &pinned{snap: snap, src: d.src}, nil
 }

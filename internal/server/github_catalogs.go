@@ -155,9 +155,9 @@ func (g *githubCatalogs) fallback(installation int64, repo string, cause error) 
 		return cur, nil
 	}
 	if github.Retryable(cause) {
-		return nil, fmt.Errorf("definitions of %s: %s: %w", repo, cause.Error(), protocol.ErrUnavailable)
+		return nil, protocol.Refused(protocol.ErrUnavailable, fmt.Errorf("definitions of %s: %w", repo, cause))
 	}
-	return nil, fmt.Errorf("definitions of %s: %s: %w", repo, cause.Error(), protocol.ErrCatalogUnavailable)
+	return nil, protocol.Refused(protocol.ErrCatalogUnavailable, fmt.Errorf("definitions of %s: %w", repo, cause))
 }
 
 var errInvalidDefinitions = errors.New("definitions do not validate")

@@ -13,6 +13,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -168,7 +169,7 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 			return n
 		}
 		runs := func() []*control.RunView {
-			v, _, err := svc.ListRuns(ctx, control.Actor{TenantID: in.Tenant}, store.RunListParams{Limit: 100})
+			v, _, err := svc.ListRuns(ctx, principal.Actor{TenantID: in.Tenant}, store.RunListParams{Limit: 100})
 			require.NoError(t, err)
 			return v
 		}
@@ -185,7 +186,7 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 		require.Equal(t, "report", runs()[0].Run.Job)
 		require.Equal(t, control.SchedulerPrincipal, runs()[0].Run.Actor)
 		require.LessOrEqual(t, reads(), 7)
-		v, err := svc.ListSchedules(ctx, control.Actor{TenantID: in.Tenant})
+		v, err := svc.ListSchedules(ctx, principal.Actor{TenantID: in.Tenant})
 		require.NoError(t, err)
 		require.Len(t, v.Schedules, 1)
 		require.Equal(t, "*/5 * * * *", v.Schedules[0].Cron)
@@ -194,7 +195,7 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 		fakegithub.Commit(t, defsDir, map[string]string{"jobs/report.yaml": job("0 * * * *")})
 		fc.Advance(time.Minute)
 		fire()
-		v, err = svc.ListSchedules(ctx, control.Actor{TenantID: in.Tenant})
+		v, err = svc.ListSchedules(ctx, principal.Actor{TenantID: in.Tenant})
 		require.NoError(t, err)
 		require.Equal(t, "0 * * * *", v.Schedules[0].Cron)
 

@@ -22,7 +22,9 @@ import (
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/metrics"
+	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/store/groupcommit"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 	"github.com/jobplane/jobplane/internal/store/sqlite"
 	"github.com/jobplane/jobplane/internal/web"
@@ -35,6 +37,7 @@ type Server struct {
 	clock    clock.Clock
 	store    store.Store
 	objs     objectStore
+	grouped  *groupcommit.Store
 	svc      *control.Service
 	metrics  *metrics.Metrics
 	sealer   *audit.Sealer
@@ -53,9 +56,9 @@ type Options struct {
 	ReapInterval time.Duration
 	// SealInterval (audit chain sealing) defaults to one second.
 	SealInterval time.Duration
-	// CommitBatch is control.Config.CommitBatch (1 turns group commit off).
+	// CommitBatch is groupcommit.Config.Batch (1 turns group commit off).
 	CommitBatch int
-	// CommitConcurrency is control.Config.CommitConcurrency.
+	// CommitConcurrency is groupcommit.Config.Concurrency.
 	CommitConcurrency int
 }
 
@@ -130,9 +133,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		return nil, err
 	}
 	mets := metrics.New(st, opts.Clock, opts.Logger)
-	svc, err := control.New(control.Config{Store: st, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
+	grouped := groupcommit.New(st, groupcommit.Config{Batch: opts.CommitBatch, Concurrency: opts.CommitConcurrency, Refusal: protocol.IsRefusal})
+	svc, err := control.New(control.Config{Store: st, Grouped: grouped, Clock: opts.Clock, Definitions: defs, Logger: opts.Logger,
 		APIURL: cfg.PublicURL, Credentials: tokens, Broker: connector.NewBroker(st, box), Artifacts: arts, Metrics: mets,
-		CommitBatch: opts.CommitBatch, CommitConcurrency: opts.CommitConcurrency, GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
+		GitHub: gh.runs(st, cfg.GitHub.Channel, opts.Logger)})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -159,14 +163,14 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	}
 	h := api.New(api.Config{
 		Control:   svc,
-		Auth:      &authn.Authenticator{Store: svc.AuthStore(), Clock: opts.Clock},
+		Auth:      &authn.Authenticator{Store: grouped, Clock: opts.Clock},
 		Logger:    opts.Logger,
 		Ready:     st.Ping,
 		PublicURL: cfg.PublicURL,
 		GitHub:    gh.webhook,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, objs: objs, svc: svc, ln: ln, metrics: mets,
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, objs: objs, grouped: grouped, svc: svc, ln: ln, metrics: mets,
 		http: &http.Server{Handler: withMetrics(web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})), mets, opts.Clock),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
@@ -247,6 +251,9 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 
 // Control exposes the run service (for the dev command and tests).
 func (s *Server) Control() *control.Service { return s.svc }
+
+// Commits reports the group commit counters (for the benchmark).
+func (s *Server) Commits() groupcommit.Stats { return s.grouped.Stats() }
 
 // Sealer exposes the audit sealer (for tests: SealAll).
 func (s *Server) Sealer() *audit.Sealer { return s.sealer }

@@ -4,7 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Sentinel errors. Implementations translate driver errors into these in one place.
@@ -23,6 +29,25 @@ var (
 	// nothing of the transaction was committed.
 	ErrContention = errors.New("transaction conflicted with others, rolled back")
 )
+
+// Refusal is err as the refusal a service answers with: a lost commit is
+// protocol.ErrRetry (the client repeats its request with the same request
+// ID), an unreachable or contended database protocol.ErrUnavailable, a
+// replayed nonce protocol.ErrNonceReused. Any other error, a refusal
+// included, is err.
+func Refusal(err error) error {
+	switch {
+	case err == nil, errors.As(err, new(*protocol.Error)):
+		return err
+	case errors.Is(err, ErrReplay):
+		return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
+	case errors.Is(err, ErrCommitUnknown):
+		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrContention):
+		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
+	}
+	return err
+}
 
 // RunState is the state of a run.
 type RunState string
@@ -326,6 +351,18 @@ type AttemptClaimParams struct {
 	LeaseDigest    string
 	ClaimRequestID string
 	Now            *time.Time
+}
+
+// Scope names the queue a claim with p sees: runners of one scope could
+// take the same attempts. Self-hosted runners and allow-lists see less of
+// it (GitHub safe mode, docs/github.md): they are scopes of their own.
+func (p *AttemptClaimParams) Scope() string {
+	labels := slices.Clone(p.RunnerLabels)
+	slices.Sort(labels)
+	repos := slices.Clone(p.AllowedRepos)
+	slices.Sort(repos)
+	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00") + "\x01" + strconv.FormatBool(p.SelfHosted) +
+		"\x01" + strings.Join(repos, "\x00")
 }
 
 // ClaimSlot is one attempt's share of a claim of several.
@@ -673,6 +710,14 @@ type Store interface {
 	// the store retries it on serialization failures and deadlocks, so fn must
 	// have no side effects outside tx. A broken COMMIT is ErrCommitUnknown.
 	InTx(ctx context.Context, fn func(tx Tx) error) error
+	// InTxNonce is InTx for a signed request whose nonce n is still
+	// pending: the transaction records n before fn runs, and a known nonce
+	// is ErrReplay (fn does not run). Once it returns nil, n is recorded.
+	// A nil or recorded n makes it InTx.
+	InTxNonce(ctx context.Context, n *PendingNonce, fn func(tx Tx) error) error
+	// SingleWriter reports whether write transactions run one at a time
+	// (SQLite): none then waits for another's row locks.
+	SingleWriter() bool
 	// Wake returns a channel that is closed the next time work may be available
 	// (see WakeClaimers). Take a new one after each wake.
 	Wake() <-chan struct{}
@@ -777,26 +822,4 @@ type ScheduleQueries interface {
 	ScheduleInsert(ctx context.Context, s *Schedule) error
 	// ScheduleList lists a tenant's schedules by channel and job.
 	ScheduleList(ctx context.Context, tenant string) ([]*Schedule, error)
-}
-
-// Nonce is a signed request's nonce, for NonceInsertMany.
-type Nonce struct {
-	RunnerID  string
-	Nonce     string
-	ExpiresAt time.Time
-}
-
-// NonceNew maps the rows a batch insert returned as new (keys runner+"\x00"+
-// nonce) to one flag per requested nonce: the first occurrence of a key that
-// was inserted is new, every other occurrence is not.
-func NonceNew(nonces []Nonce, inserted map[string]bool) []bool {
-	out := make([]bool, len(nonces))
-	for i, n := range nonces {
-		k := n.RunnerID + "\x00" + n.Nonce
-		if inserted[k] {
-			out[i] = true
-			delete(inserted, k)
-		}
-	}
-	return out
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
@@ -109,7 +110,7 @@ type env struct {
 	gates  string
 	repo   string
 	dsn    string
-	admin  control.Actor
+	admin  principal.Actor
 	tokens map[string]string // principal name → API token
 }
 
@@ -153,7 +154,7 @@ func newEnvDB(t *testing.T, dsn string) *env {
 	e := &env{t: t, srv: srv, url: srv.URL(), svc: srv.Control(), st: srv.Store(), gates: gates, repo: repo, dsn: dsn, tokens: map[string]string{"admin": adminToken}}
 	p, err := (&authn.Authenticator{Store: e.st, Clock: clock.Real{}}).Principal(ctx, bearer(adminToken))
 	require.NoError(t, err)
-	e.admin = control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}
+	e.admin = principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}
 	for _, name := range []string{"alice", "bob"} {
 		_, err := e.svc.CreatePrincipal(ctx, e.admin, &protocol.PrincipalRequest{Name: name, Kind: "user"})
 		require.NoError(t, err)
@@ -168,11 +169,11 @@ func bearer(tok string) *http.Request {
 	return &http.Request{Header: http.Header{"Authorization": {"Bearer " + tok}}}
 }
 
-func (e *env) actor(name string) control.Actor {
+func (e *env) actor(name string) principal.Actor {
 	e.t.Helper()
 	p, err := (&authn.Authenticator{Store: e.st, Clock: clock.Real{}}).Principal(context.Background(), bearer(e.tokens[name]))
 	require.NoError(e.t, err)
-	return control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}
+	return principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}
 }
 
 // otherTenantUser makes a principal of another tenant and returns its token.

@@ -290,7 +290,7 @@ func (h *Handler) requestSubmit(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		p := toProblem(h.log, err)
 		d.Problem = &p
-		var fe *control.FieldError
+		var fe *protocol.FieldError
 		if errors.As(err, &fe) {
 			name := strings.TrimPrefix(strings.TrimPrefix(fe.Field, "params."), "/")
 			for _, f := range d.Fields {

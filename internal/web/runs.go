@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -163,7 +164,7 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 
 // mayApprove mirrors control's approval checks so that the buttons show
 // only where they would work; control still decides.
-func mayApprove(a control.Actor, run *store.Run, d decisionRecord, apps []*store.Approval) (bool, string) {
+func mayApprove(a principal.Actor, run *store.Run, d decisionRecord, apps []*store.Approval) (bool, string) {
 	req := d.Request.Approval
 	switch {
 	case req == nil:

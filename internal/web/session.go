@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -30,7 +30,7 @@ const (
 
 // session is a signed-in principal.
 type session struct {
-	Actor control.Actor
+	Actor principal.Actor
 	// CSRF is the token every form of this session carries.
 	CSRF string
 }
@@ -60,7 +60,7 @@ func (h *Handler) authenticate(r *http.Request) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &session{Actor: control.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}, CSRF: csrfFor(c.Value)}, nil
+	return &session{Actor: principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}, CSRF: csrfFor(c.Value)}, nil
 }
 
 // user wraps a handler that needs a signed-in principal; on a state-changing

@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -15,6 +14,7 @@ import (
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
+	apiproblem "github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -165,41 +165,15 @@ type problem struct {
 }
 
 func toProblem(log *slog.Logger, err error) problem {
-	var pe *protocol.Error
-	p := problem{Status: http.StatusInternalServerError, Code: protocol.CodeInternal, Title: "Internal error"}
-	if errors.As(err, &pe) {
-		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
-		p.Detail = detail(err, pe)
-	} else {
+	pp, failed := apiproblem.Of(err)
+	if failed {
 		log.Error("web: internal error", "err", err)
 	}
-	var fe *control.FieldError
-	if errors.As(err, &fe) {
-		p.Field = fe.Field
-	}
-	var de *control.DeniedError
-	if errors.As(err, &de) {
-		d := de.Decision
-		p.Decision, p.RunID = &d, de.RunID
-	}
-	var re *control.RunRefError
-	if errors.As(err, &re) {
-		p.RunID = re.RunID
+	p := problem{Status: pp.Status, Code: pp.Code, Title: pp.Title, Detail: pp.Detail, Field: pp.Field, RunID: pp.RunID}
+	if d, ok := pp.Decision.(control.Decision); ok {
+		p.Decision = &d
 	}
 	return p
-}
-
-// detail strips the trailing ": code" of a wrapped sentinel and anything a
-// driver added after it, as the API does.
-func detail(err error, pe *protocol.Error) string {
-	s := err.Error()
-	if i := strings.Index(s, ": "+pe.Code); i >= 0 {
-		return s[:i]
-	}
-	if s == pe.Code {
-		return ""
-	}
-	return s
 }
 
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session, err error) {

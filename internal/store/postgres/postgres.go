@@ -271,6 +271,15 @@ func (s *Store) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
+// InTxNonce is InTx that records a signed request's pending nonce first.
+func (s *Store) InTxNonce(ctx context.Context, n *store.PendingNonce, fn func(tx store.Tx) error) error {
+	return store.InTxWithNonce(ctx, s, n, fn)
+}
+
+// SingleWriter reports that writers run concurrently and wait for each
+// other's row locks.
+func (s *Store) SingleWriter() bool { return false }
+
 func (s *Store) tryTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, beginOptions(ctx))
 	if err != nil {

@@ -208,6 +208,11 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // callers may group their work into fewer of them.
 func (s *Store) SingleWriter() bool { return true }
 
+// InTxNonce is InTx that records a signed request's pending nonce first.
+func (s *Store) InTxNonce(ctx context.Context, n *store.PendingNonce, fn func(tx store.Tx) error) error {
+	return store.InTxWithNonce(ctx, s, n, fn)
+}
+
 // Commits counts the write transactions this store committed (for `jobplane
 // bench`'s transactions per run).
 func (s *Store) Commits() int64 { return s.commits.Load() }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -156,6 +157,40 @@ func testNonceInsertMany(t *testing.T, s store.Store) {
 		require.Empty(t, l)
 		return err
 	}))
+}
+
+// testInTxNonce: a pending nonce is recorded by the first transaction that
+// commits with it, and only then; a known one refuses the transaction
+// before its body runs; a recorded or absent one changes nothing.
+func testInTxNonce(t *testing.T, s store.Store) {
+	exp := t0.Add(time.Hour)
+	ran := 0
+	body := func(tx store.Tx) error {
+		ran++
+		return tx.NonceInsert(bg(), "rnr_n", fmt.Sprintf("effect-%d", ran), exp)
+	}
+	boom := errors.New("body failed")
+
+	p := store.NewPendingNonce(store.Nonce{RunnerID: "rnr_n", Nonce: "n1", ExpiresAt: exp})
+	require.ErrorIs(t, s.InTxNonce(bg(), p, func(store.Tx) error { return boom }), boom)
+	require.False(t, p.Recorded(), "a rolled back transaction recorded the nonce")
+	require.NoError(t, s.InTxNonce(bg(), p, body))
+	require.True(t, p.Recorded())
+	require.NoError(t, s.InTxNonce(bg(), p, body), "a recorded nonce is not inserted again")
+	require.Equal(t, 2, ran)
+
+	replay := store.NewPendingNonce(store.Nonce{RunnerID: "rnr_n", Nonce: "n1", ExpiresAt: exp})
+	require.ErrorIs(t, s.InTxNonce(bg(), replay, body), store.ErrReplay)
+	require.Equal(t, 2, ran, "the body of a replay ran")
+	require.False(t, replay.Recorded())
+	require.ErrorIs(t, replay.Record(bg(), s), store.ErrReplay)
+	require.NoError(t, s.InTxNonce(bg(), nil, body))
+	require.Equal(t, 3, ran)
+
+	alone := store.NewPendingNonce(store.Nonce{RunnerID: "rnr_n", Nonce: "n2", ExpiresAt: exp})
+	require.NoError(t, alone.Record(bg(), s))
+	require.True(t, alone.Recorded())
+	require.NoError(t, alone.Record(bg(), s), "recording twice is recording once")
 }
 
 // requireLocksRun runs claim in a transaction and, before that commits,

@@ -780,7 +780,7 @@ func testLeaseWakeStranded(t *testing.T, s store.Store) {
 // skipped is woken by the sweep once the key is free and the row is not
 // locked. Stores with one writer have no such rows.
 func testLeaseReleaseSkipsLockedWaiters(t *testing.T, s store.Store) {
-	if sw, ok := s.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+	if s.SingleWriter() {
 		t.Skip("one write transaction at a time: no row is ever locked by another")
 	}
 	ctx := bg()

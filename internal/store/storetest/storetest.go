@@ -65,7 +65,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Runs", testRuns},
 		{"RunList", testRunList},
 		{"AttemptCreateAndUniqueness", testAttemptCreate},
-		{"ClaimEligibility", testClaimEligibility}, {"ClaimScope", testClaimScope}, {"AttemptForCall", testAttemptForCall}, {"AttemptsForCall", testAttemptsForCall}, {"AttemptClaimRun", testAttemptClaimRun}, {"AttemptClaimRuns", testAttemptClaimRuns}, {"RunCreateQueued", testRunCreateQueued}, {"AttemptRunUpdate", testAttemptRunUpdate}, {"BatchWrites", testBatchWrites}, {"RecordsKept", testRecordsKept}, {"RunsCreateQueued", testRunsCreateQueued}, {"UpdateInTx", testUpdateInTx}, {"PanicInTx", testPanicInTx}, {"ListByRuns", testListByRuns}, {"NonceInsertMany", testNonceInsertMany}, {"ReadCaches", testReadCaches},
+		{"ClaimEligibility", testClaimEligibility}, {"ClaimScope", testClaimScope}, {"AttemptForCall", testAttemptForCall}, {"AttemptsForCall", testAttemptsForCall}, {"AttemptClaimRun", testAttemptClaimRun}, {"AttemptClaimRuns", testAttemptClaimRuns}, {"RunCreateQueued", testRunCreateQueued}, {"AttemptRunUpdate", testAttemptRunUpdate}, {"BatchWrites", testBatchWrites}, {"RecordsKept", testRecordsKept}, {"RunsCreateQueued", testRunsCreateQueued}, {"UpdateInTx", testUpdateInTx}, {"PanicInTx", testPanicInTx}, {"ListByRuns", testListByRuns}, {"NonceInsertMany", testNonceInsertMany}, {"InTxNonce", testInTxNonce}, {"ReadCaches", testReadCaches},
 		{"ClaimOrdering", testClaimOrdering},
 		{"ClaimLeaseMath", testClaimLeaseMath},
 		{"Renew", testRenew},

@@ -1,4 +1,4 @@
-package control
+package groupcommit
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -43,7 +42,7 @@ func (g *gatedStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error
 // and an expiry time for the nonces the tests insert.
 func gatedCommitter(st store.Store) (*gatedStore, *committer, time.Time) {
 	g := &gatedStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
-	c := newCommitter(g, 0, 0)
+	c := newCommitter(g, 0, 0, protocol.IsRefusal)
 	c.workers = 1
 	return g, c, time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 }
@@ -90,7 +89,7 @@ func TestGroupCommit(t *testing.T) {
 				nonce = "n1" // a replay of call 1's nonce: refused
 			}
 			calls[i] = func() error {
-				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", nonce, exp) })
+				return c.do(ctx, nil, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gc", nonce, exp) })
 			}
 		}
 		errs := runQueued(t, c, g, calls, func(errs []error) {
@@ -134,13 +133,13 @@ func TestGroupCommitNonces(t *testing.T) {
 			nonce("first"), // occupies the worker
 			nonce("a"),
 			func() error {
-				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "b", exp) })
+				return c.do(ctx, nil, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "b", exp) })
 			},
-			func() error { return c.do(ctx, func(store.Tx) error { return boom }) },
+			func() error { return c.do(ctx, nil, func(store.Tx) error { return boom }) },
 			nonce("a"), // a replay of call 1, in the same group
 			nonce("c"),
 			func() error {
-				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "d", exp) })
+				return c.do(ctx, nil, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_gn", "d", exp) })
 			},
 		}
 		errs := runQueued(t, c, g, calls, nil)
@@ -172,20 +171,22 @@ func TestGroupCommitRefusalRunsAgain(t *testing.T) {
 		var runs atomic.Int32
 		calls := []func() error{
 			func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_ra", Nonce: "first", ExpiresAt: exp}) },
-			// The first time it runs it takes the key; run again, it finds
-			// the world changed and does not.
+			// The first time it runs it registers a runner; run again, it
+			// finds the world changed and does not. (Not a lease key: a
+			// body that takes one ends its group where rows are locked.)
 			func() error {
-				return c.do(ctx, func(tx store.Tx) error {
+				return c.do(ctx, nil, func(tx store.Tx) error {
 					if runs.Add(1) == 1 {
-						return tx.LeaseKeyLock(ctx, tn.ID, "phantom")
+						return tx.RunnerCreate(ctx, &store.Runner{ID: "rnr_phantom", Tenant: tn.ID, Pool: "p", Name: "phantom",
+							Labels: []string{}, PublicKey: "k", Status: store.RunnerActive, AllowedRepos: []string{}, CreatedAt: time.Now()})
 					}
 					return nil
 				})
 			},
 			func() error {
-				return c.do(ctx, func(tx store.Tx) error {
-					if _, err := tx.LeaseKeyGet(ctx, tn.ID, "phantom"); err == nil {
-						return fmt.Errorf("key taken: %w", protocol.ErrLeaseHeld)
+				return c.do(ctx, nil, func(tx store.Tx) error {
+					if _, err := tx.RunnerGetByID(ctx, "rnr_phantom", false); err == nil {
+						return fmt.Errorf("runner name taken: %w", protocol.ErrAlreadyExists)
 					} else if !errors.Is(err, store.ErrNotFound) {
 						return err
 					}
@@ -198,13 +199,13 @@ func TestGroupCommitRefusalRunsAgain(t *testing.T) {
 		require.NoError(t, errs[1])
 		require.NoError(t, errs[2], "refused on the strength of a write that was never committed")
 		require.Equal(t, int32(2), runs.Load(), "the first body ran in the group, then again without the refused one")
-		_, err = st.LeaseKeyGet(ctx, tn.ID, "phantom")
+		_, err = st.RunnerGetByID(store.WithSystem(ctx, "test"), "rnr_phantom", false)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
 
 // TestGroupCommitPendingNonces: a body whose call's nonce is still pending
-// (authn.VerifyRunnerDeferred) has it inserted with the group's nonces; a
+// (InTxNonce) has it inserted with the group's nonces; a
 // body whose nonce is known — committed before, or taken by an earlier body
 // of the same group — does not run and is refused as a replay; a body that
 // fails leaves its nonce unrecorded.
@@ -213,14 +214,14 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 		ctx := context.Background()
 		g, c, exp := gatedCommitter(st)
 		require.NoError(t, st.InTx(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_pn", "known", exp) }))
-		pending := func(n string) *authn.PendingNonce {
-			return &authn.PendingNonce{Nonce: store.Nonce{RunnerID: "rnr_pn", Nonce: n, ExpiresAt: exp}}
+		pending := func(n string) *store.PendingNonce {
+			return store.NewPendingNonce(store.Nonce{RunnerID: "rnr_pn", Nonce: n, ExpiresAt: exp})
 		}
-		ps := []*authn.PendingNonce{nil, pending("x"), pending("x"), pending("known"), nil, pending("z")}
+		ps := []*store.PendingNonce{nil, pending("x"), pending("x"), pending("known"), nil, pending("z")}
 		boom := errors.New("body refused")
 		effect := func(i int) func() error {
 			return func() error {
-				return c.do(authn.WithPendingNonce(ctx, ps[i]), func(tx store.Tx) error {
+				return c.do(ctx, ps[i], func(tx store.Tx) error {
 					if i == 5 {
 						return boom
 					}
@@ -235,8 +236,8 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 		errs := runQueued(t, c, g, calls, nil)
 		require.NoError(t, errs[0])
 		require.NoError(t, errs[1])
-		require.ErrorIs(t, errs[2], protocol.ErrNonceReused, "the same nonce, earlier in the group")
-		require.ErrorIs(t, errs[3], protocol.ErrNonceReused, "a nonce committed before")
+		require.ErrorIs(t, errs[2], store.ErrReplay, "the same nonce, earlier in the group")
+		require.ErrorIs(t, errs[3], store.ErrReplay, "a nonce committed before")
 		require.NoError(t, errs[4])
 		require.ErrorIs(t, errs[5], boom)
 		require.True(t, ps[1].Recorded())
@@ -257,13 +258,13 @@ func TestGroupCommitPendingNonces(t *testing.T) {
 
 		// Without grouping (commit batch 1) the nonce goes in the call's
 		// own transaction, before its body.
-		c1 := newCommitter(st, 1, 0)
+		c1 := newCommitter(st, 1, 0, protocol.IsRefusal)
 		ran := 0
 		body := func(tx store.Tx) error { ran++; return nil }
 		p := pending("solo")
-		require.NoError(t, c1.do(authn.WithPendingNonce(ctx, p), body))
+		require.NoError(t, c1.do(ctx, p, body))
 		require.True(t, p.Recorded())
-		require.ErrorIs(t, c1.do(authn.WithPendingNonce(ctx, pending("solo")), body), protocol.ErrNonceReused)
+		require.ErrorIs(t, c1.do(ctx, pending("solo"), body), store.ErrReplay)
 		require.Equal(t, 1, ran)
 	})
 }
@@ -276,13 +277,13 @@ func TestGroupCommitUpdateNotFound(t *testing.T) {
 		g, c, exp := gatedCommitter(st)
 		effect := func(n string) func() error {
 			return func() error {
-				return c.do(ctx, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_lw", n, exp) })
+				return c.do(ctx, nil, func(tx store.Tx) error { return tx.NonceInsert(ctx, "rnr_lw", n, exp) })
 			}
 		}
 		calls := []func() error{
 			effect("first"), effect("before"),
 			func() error {
-				return c.do(ctx, func(tx store.Tx) error {
+				return c.do(ctx, nil, func(tx store.Tx) error {
 					return tx.RunUpdate(ctx, &store.Run{ID: "run_missing", State: store.RunFailed})
 				})
 			},
@@ -307,7 +308,7 @@ func TestGroupCommitFailedCommit(t *testing.T) {
 	st := testdb.SQLite(t)
 	boom := errors.New("commit failed")
 	f := &failingStore{Store: st, err: boom}
-	c := newCommitter(f, 0, 0)
+	c := newCommitter(f, 0, 0, protocol.IsRefusal)
 	ops := []*commitOp{
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
 		{ctx: ctx, fn: func(store.Tx) error { return nil }, done: make(chan struct{})},
@@ -325,7 +326,7 @@ func TestGroupCommitContentionSplits(t *testing.T) {
 	ctx := context.Background()
 	st := testdb.SQLite(t)
 	f := &contendedStore{Store: st}
-	c := newCommitter(f, 0, 0)
+	c := newCommitter(f, 0, 0, protocol.IsRefusal)
 	exp := time.Now().Add(time.Hour).UTC()
 	var ran []string
 	ops := []*commitOp{
@@ -393,20 +394,20 @@ func TestClaimMemoForgetsOnWake(t *testing.T) {
 	p := &store.AttemptClaimParams{Tenant: "tnt_x", Pool: "p", RunnerID: "rnr_x", LeaseDigest: "d"}
 	err := st.InTx(ctx, func(tx store.Tx) error {
 		cnt := &countingTx{Tx: tx}
-		bt := &batchTx{}
+		bt := &groupTx{}
 		bt.reset(cnt)
 		for range 3 {
-			_, _, err := attemptClaim(ctx, bt, p)
+			_, _, err := bt.AttemptClaimRun(ctx, p)
 			require.ErrorIs(t, err, store.ErrNotFound)
 		}
 		require.Equal(t, 1, cnt.claims, "the scope was queried again within the group")
 		require.NoError(t, bt.WakeClaimers(ctx))
-		_, _, err := attemptClaim(ctx, bt, p)
+		_, _, err := bt.AttemptClaimRun(ctx, p)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Equal(t, 2, cnt.claims, "a wake must make the scope be queried again")
 		other := *p
 		other.RunnerLabels = []string{"gpu"}
-		_, _, err = attemptClaim(ctx, bt, &other)
+		_, _, err = bt.AttemptClaimRun(ctx, &other)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.Equal(t, 3, cnt.claims, "another scope has its own memo")
 		return nil
@@ -422,99 +423,6 @@ type countingTx struct {
 func (c *countingTx) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
 	c.claims++
 	return c.Tx.AttemptClaimRun(ctx, p)
-}
-
-// TestClaimLines: only the head watches; a successful claimer pokes the next
-// two waiters that are not looking; a leaving head pokes its successor.
-func TestClaimLines(t *testing.T) {
-	var d claimLines
-	ws := make([]*claimWaiter, 4)
-	for i := range ws {
-		ws[i] = d.join("s")
-		d.setTrying(ws[i], false)
-	}
-	other := d.join("o")
-	d.setTrying(other, false)
-	require.True(t, d.isHead("s", ws[0]))
-	require.False(t, d.isHead("s", ws[1]))
-	require.Equal(t, 5, d.waiting())
-
-	poked := func(w *claimWaiter) bool {
-		select {
-		case <-w.poke:
-			return true
-		default:
-			return false
-		}
-	}
-	d.setTrying(ws[0], true)
-	d.pokeNext("s", 2)
-	require.False(t, poked(ws[0]), "a waiter already looking is not poked")
-	require.True(t, poked(ws[1]))
-	require.True(t, poked(ws[2]))
-	require.False(t, poked(ws[3]))
-	require.False(t, poked(other), "another scope's line is not poked")
-
-	d.leave("s", ws[0])
-	require.True(t, d.isHead("s", ws[1]))
-	require.True(t, poked(ws[1]), "the new head is poked so that it starts watching")
-	d.leave("s", ws[2])
-	require.False(t, poked(ws[1]) || poked(ws[3]), "leaving from the middle pokes nobody")
-	d.leave("s", ws[1])
-	d.leave("s", ws[3])
-	d.leave("o", other)
-	require.Equal(t, 0, d.waiting())
-}
-
-// TestLongPollBurst: runs requested while runners wait in long polls are
-// handed out, each to exactly one waiter, through the claim lines (only the
-// head watches; each successful claimer pokes the next), and the other
-// waiters keep waiting. Both stores, two control planes (replicas): the
-// runners wait on one, the runs are requested on the other.
-func TestLongPollBurst(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, jobSpec(time.Minute, time.Hour, 1))
-		ctx, cancel := context.WithCancel(e.ctx())
-		defer cancel()
-		const waiters, runs = 12, 5
-		type got struct {
-			asg *protocol.Assignment
-			err error
-		}
-		out := make(chan got, waiters)
-		for i := range waiters {
-			r := e.runner(fmt.Sprintf("w%d", i))
-			go func() {
-				asg, err := e.a.Claim(ctx, call(r, nil), &protocol.ClaimRequest{WaitSeconds: 25})
-				out <- got{asg, err}
-			}()
-		}
-		require.Eventually(t, func() bool { return e.a.ClaimsWaiting() == waiters }, 20*time.Second, 5*time.Millisecond)
-		want := map[string]bool{}
-		for range runs {
-			v, created, err := e.b.RequestRun(e.ctx(), e.actor, &protocol.RunRequest{Job: testJob, Channel: "prod"})
-			require.NoError(t, err)
-			require.True(t, created)
-			want[v.Run.ID] = true
-		}
-		seen := map[string]bool{}
-		for range runs {
-			g := <-out
-			require.NoError(t, g.err)
-			require.NotNil(t, g.asg, "a waiter returned without an assignment while runs were queued")
-			require.True(t, want[g.asg.RunID], "unexpected run %s", g.asg.RunID)
-			require.False(t, seen[g.asg.RunID], "run %s handed out twice", g.asg.RunID)
-			seen[g.asg.RunID] = true
-		}
-		require.Eventually(t, func() bool { return e.a.ClaimsWaiting() == waiters-runs }, 20*time.Second, 5*time.Millisecond)
-		cancel()
-		for range waiters - runs {
-			g := <-out
-			require.NoError(t, g.err)
-			require.Nil(t, g.asg, "a waiter got an assignment after every run was handed out")
-		}
-		require.Equal(t, 0, e.a.ClaimsWaiting())
-	})
 }
 
 // concurrentStore counts the transactions in flight and holds each until
@@ -594,6 +502,9 @@ func endBodies(tx store.Tx) {
 	}
 }
 
+// SingleWriter hides the SQLite store's.
+func (s *concurrentStore) SingleWriter() bool { return false }
+
 func (s *concurrentStore) count(n *int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -602,17 +513,17 @@ func (s *concurrentStore) count(n *int) int {
 
 // TestCommitConcurrency: on a store with concurrent writers the committer
 // keeps at most its concurrency of group transactions running their bodies
-// (DefaultCommitConcurrency unless set), and at most as many more
+// (DefaultConcurrency unless set), and at most as many more
 // committing; the calls beyond wait and are grouped, and every call is
 // answered.
 func TestCommitConcurrency(t *testing.T) {
 	for _, c := range []struct {
 		set, want int
-	}{{0, DefaultCommitConcurrency}, {3, 3}, {1, 1}} {
+	}{{0, DefaultConcurrency}, {3, 3}, {1, 1}} {
 		t.Run(fmt.Sprint(c.set), func(t *testing.T) {
 			ctx := context.Background()
 			st := &concurrentStore{Store: testdb.SQLite(t), release: make(chan struct{})}
-			cm := newCommitter(st, 0, c.set)
+			cm := newCommitter(st, 0, c.set, protocol.IsRefusal)
 			cm.handedOn = endBodies
 			const calls = 12
 			var wg sync.WaitGroup
@@ -628,7 +539,7 @@ func TestCommitConcurrency(t *testing.T) {
 				return len(cm.queue)
 			}
 			for i := range calls {
-				wg.Go(func() { errs[i] = cm.do(ctx, func(store.Tx) error { return nil }) })
+				wg.Go(func() { errs[i] = cm.do(ctx, nil, func(store.Tx) error { return nil }) })
 				if i < c.want { // one call per group until every worker is busy
 					require.Eventually(t, func() bool { return inFlight() == i+1 }, 10*time.Second, time.Millisecond)
 				}
@@ -656,12 +567,12 @@ func TestCommitsOverlap(t *testing.T) {
 	release := make(chan struct{})
 	close(release)
 	st := &concurrentStore{Store: testdb.SQLite(t), release: release, hold: make(chan struct{})}
-	cm := newCommitter(st, 0, 1)
+	cm := newCommitter(st, 0, 1, protocol.IsRefusal)
 	cm.handedOn = endBodies
 	call := func(ran chan struct{}) chan error {
 		answer := make(chan error, 1)
 		go func() {
-			answer <- cm.do(ctx, func(store.Tx) error {
+			answer <- cm.do(ctx, nil, func(store.Tx) error {
 				close(ran)
 				return nil
 			})
@@ -712,8 +623,11 @@ func TestCommitsOverlap(t *testing.T) {
 // next group waits, rather than queue on the same key rows. Checking no
 // keys at all (what a run request without keys does) is not taking them.
 func TestCommitsOverlapNotOnLeaseKeys(t *testing.T) {
-	touch := func(tx store.Tx) error { keysTouched(tx, 1); return nil }
-	noKeys := func(tx store.Tx) error { keysTouched(tx, 0); return nil }
+	touch := func(tx store.Tx) error { return tx.LeaseKeyLock(context.Background(), "tnt_overlap", "k") }
+	noKeys := func(tx store.Tx) error {
+		_, _, err := tx.LeaseAcquire(context.Background(), &store.LeaseAcquireParams{Tenant: "tnt_overlap", RunID: "run_x", AttemptID: "att_x"})
+		return err
+	}
 	none := func(store.Tx) error { return nil }
 	for name, c := range map[string]struct {
 		fns     []func(store.Tx) error
@@ -730,7 +644,7 @@ func TestCommitsOverlapNotOnLeaseKeys(t *testing.T) {
 			release := make(chan struct{})
 			close(release)
 			st := &concurrentStore{Store: testdb.SQLite(t), release: release, hold: make(chan struct{})}
-			cm := newCommitter(st, 0, 1)
+			cm := newCommitter(st, 0, 1, protocol.IsRefusal)
 			var ops []*commitOp
 			for _, fn := range fns {
 				ops = append(ops, &commitOp{ctx: ctx, fn: fn, done: make(chan struct{})})
@@ -745,7 +659,7 @@ func TestCommitsOverlapNotOnLeaseKeys(t *testing.T) {
 			ran := make(chan struct{})
 			answer := make(chan error, 1)
 			go func() {
-				answer <- cm.do(ctx, func(store.Tx) error {
+				answer <- cm.do(ctx, nil, func(store.Tx) error {
 					close(ran)
 					return nil
 				})
@@ -782,7 +696,7 @@ func TestCommitsOverlapNotOnLeaseKeys(t *testing.T) {
 // transaction ends with its first body that took lease keys, and the bodies
 // after it form the next group: one holding a key's row must not then wait
 // for an attempt's row, which a claim waiting for that key may hold
-// (keyorder.go). The bodies left over are answered after their own group
+// (groupTx). The bodies left over are answered after their own group
 // commits, their pending nonces, recorded with the first group, are not
 // refused as replays, and a replay among them still is. With one writer
 // (SQLite) nothing waits for rows and the group stays whole.
@@ -790,7 +704,7 @@ func TestGroupEndsAfterLeaseKeys(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		g, c, exp := gatedCommitter(st)
-		if sw, ok := st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		if st.SingleWriter() {
 			c.locks, c.overlap = false, false // as newCommitter, which the gate hides it from
 		}
 		tn, err := st.TenantEnsure(ctx, "groupcut", nil)
@@ -800,20 +714,20 @@ func TestGroupEndsAfterLeaseKeys(t *testing.T) {
 		body := func(i int, key string) func(store.Tx) error {
 			return func(tx store.Tx) error {
 				mu.Lock()
-				txOf[i] = fmt.Sprintf("%p", tx.(*batchTx).Tx)
+				txOf[i] = fmt.Sprintf("%p", tx.(*groupTx).Tx)
 				mu.Unlock()
 				if key == "" {
 					return tx.NonceInsert(ctx, "rnr_gk", fmt.Sprintf("effect-%d", i), exp)
 				}
-				return lockKeyRows(ctx, tx, tn.ID, []string{key})
+				return tx.LeaseKeyLock(ctx, tn.ID, key)
 			}
 		}
-		pending := func(n string) *authn.PendingNonce {
-			return &authn.PendingNonce{Nonce: store.Nonce{RunnerID: "rnr_gk", Nonce: n, ExpiresAt: exp}}
+		pending := func(n string) *store.PendingNonce {
+			return store.NewPendingNonce(store.Nonce{RunnerID: "rnr_gk", Nonce: n, ExpiresAt: exp})
 		}
-		ps := []*authn.PendingNonce{nil, nil, nil, pending("p3"), pending("p3"), nil}
+		ps := []*store.PendingNonce{nil, nil, nil, pending("p3"), pending("p3"), nil}
 		call := func(i int, key string) func() error {
-			return func() error { return c.do(authn.WithPendingNonce(ctx, ps[i]), body(i, key)) }
+			return func() error { return c.do(ctx, ps[i], body(i, key)) }
 		}
 		calls := []func() error{
 			func() error { return c.doNonce(ctx, store.Nonce{RunnerID: "rnr_gk", Nonce: "first", ExpiresAt: exp}) },
@@ -822,7 +736,7 @@ func TestGroupEndsAfterLeaseKeys(t *testing.T) {
 		errs := runQueued(t, c, g, calls, nil)
 		for i, err := range errs {
 			if i == 4 {
-				require.ErrorIs(t, err, protocol.ErrNonceReused, "the same nonce as call 3")
+				require.ErrorIs(t, err, store.ErrReplay, "the same nonce as call 3")
 				continue
 			}
 			require.NoError(t, err, "call %d", i)
