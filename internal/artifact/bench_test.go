@@ -22,12 +22,12 @@ func BenchmarkStagePublish(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				s, err := st.Stage(context.Background(), bytes.NewReader(data), int64(size))
+				k, _ := Key(tenant, run, attempt, fmt.Sprintf("a%d", i))
+				s, err := st.Stage(context.Background(), k, bytes.NewReader(data), int64(size))
 				if err != nil {
 					b.Fatal(err)
 				}
-				k, _ := Key(tenant, run, attempt, fmt.Sprintf("a%d", i))
-				if err := s.Publish(context.Background(), k); err != nil {
+				if err := s.Publish(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
+	"time"
 )
 
 // Errors of a Storage.
@@ -21,18 +23,27 @@ var (
 	ErrExists = errors.New("artifact already exists")
 	// ErrNotFound: no object has that key.
 	ErrNotFound = errors.New("artifact not found")
+	// ErrUnavailable: the store did not answer or failed (down, slow,
+	// full, denied); nothing is known to have changed.
+	ErrUnavailable = errors.New("object store unavailable")
 )
 
 // Storage keeps artifact bytes. Implementations must never make an object
 // visible before Publish, and never overwrite one.
 type Storage interface {
-	// Stage streams r into a temporary object, hashing it, and stops with
+	// Stage streams r towards the object key, hashing it, and stops with
 	// ErrTooLarge (keeping nothing) as soon as more than max bytes arrive.
-	Stage(ctx context.Context, r io.Reader, max int64) (Staged, error)
+	// Nothing is visible under key before Publish.
+	Stage(ctx context.Context, key string, r io.Reader, max int64) (Staged, error)
 	// Open reads a published object.
 	Open(ctx context.Context, key string) (io.ReadCloser, error)
+	// OpenRange reads n bytes of a published object from offset off.
+	OpenRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 	// Delete removes a published object; a missing one is not an error.
 	Delete(ctx context.Context, key string) error
+	// SweepStaged drops at most limit staged uploads begun before before,
+	// which only a crash leaves behind, and says how many it dropped.
+	SweepStaged(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Staged is an upload that was received but is not visible yet.
@@ -41,10 +52,10 @@ type Staged interface {
 	Size() int64
 	// SHA256 is the lowercase hex digest of the bytes received.
 	SHA256() string
-	// Publish makes the object visible under key, create-exclusive
+	// Publish makes the object visible under its key, create-exclusive
 	// (ErrExists if something is already there).
-	Publish(ctx context.Context, key string) error
-	// Discard drops the temporary object; after Publish it does nothing.
+	Publish(ctx context.Context) error
+	// Discard drops the staged bytes; after Publish it does nothing.
 	Discard() error
 }
 
@@ -84,7 +95,10 @@ func OpenFS(dir string) (*FS, error) {
 func (s *FS) Close() error { return s.root.Close() }
 
 // Stage writes r to a temporary file under the root.
-func (s *FS) Stage(ctx context.Context, r io.Reader, max int64) (Staged, error) {
+func (s *FS) Stage(ctx context.Context, key string, r io.Reader, max int64) (Staged, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
 	name := path.Join(tmpDir, hex.EncodeToString(rnd[:]))
@@ -92,13 +106,13 @@ func (s *FS) Stage(ctx context.Context, r io.Reader, max int64) (Staged, error) 
 	if err != nil {
 		return nil, fmt.Errorf("stage upload: %w", err)
 	}
-	st := &fsStaged{s: s, tmp: name}
+	st := &fsStaged{s: s, tmp: name, key: key}
 	h := sha256.New()
 	// One byte more than allowed tells "exactly max" from "too large"
 	// without reading any further.
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, max+1))
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	n, err := io.Copy(io.MultiWriter(diskWriter{f}, h), io.LimitReader(ctxReader{ctx, r}, max+1))
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("%w: %v", ErrUnavailable, cerr)
 	}
 	if err == nil && n > max {
 		err = fmt.Errorf("more than %d bytes: %w", max, ErrTooLarge)
@@ -123,6 +137,50 @@ func (s *FS) Open(_ context.Context, key string) (io.ReadCloser, error) {
 	return f, err
 }
 
+// OpenRange reads n bytes of a published object from offset off.
+func (s *FS) OpenRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if off < 0 || n <= 0 {
+		return nil, fmt.Errorf("open %s: bad range %d+%d", key, off, n)
+	}
+	rc, err := s.Open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	f := rc.(*os.File)
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, off, n), f}, nil
+}
+
+// SweepStaged removes temporary files older than before.
+func (s *FS) SweepStaged(_ context.Context, before time.Time, limit int) (int, error) {
+	d, err := s.root.Open(tmpDir)
+	if err != nil {
+		return 0, fmt.Errorf("list staged uploads: %w", err)
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return 0, fmt.Errorf("list staged uploads: %w", err)
+	}
+	swept := 0
+	for _, e := range entries {
+		if swept >= limit {
+			break
+		}
+		info, err := e.Info()
+		if err != nil || !info.ModTime().Before(before) {
+			continue
+		}
+		if err := s.root.Remove(path.Join(tmpDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return swept, fmt.Errorf("remove staged upload: %w", err)
+		}
+		swept++
+	}
+	return swept, nil
+}
+
 // Delete removes a published object.
 func (s *FS) Delete(_ context.Context, key string) error {
 	if err := checkKey(key); err != nil {
@@ -135,9 +193,12 @@ func (s *FS) Delete(_ context.Context, key string) error {
 	return err
 }
 
+// checkKey accepts a clean, local, multi-segment key outside the staging
+// directory.
 func checkKey(key string) error {
+	first, _, _ := strings.Cut(key, "/")
 	if key == "" || path.Clean(key) != key || path.IsAbs(key) || !fsValid(key) || path.Dir(key) == "." ||
-		key == tmpDir || path.Dir(key) == tmpDir {
+		first == tmpDir {
 		return fmt.Errorf("%w: key %q", ErrInvalidName, key)
 	}
 	return nil
@@ -148,6 +209,7 @@ func fsValid(key string) bool { return fs.ValidPath(key) }
 type fsStaged struct {
 	s         *FS
 	tmp       string
+	key       string
 	size      int64
 	sum       string
 	published bool
@@ -158,7 +220,8 @@ func (st *fsStaged) SHA256() string { return st.sum }
 
 // Publish hard-links the temporary file to its key, which fails if the key
 // exists (rename would silently replace it), then drops the temporary name.
-func (st *fsStaged) Publish(_ context.Context, key string) error {
+func (st *fsStaged) Publish(_ context.Context) error {
+	key := st.key
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -185,6 +248,18 @@ func (st *fsStaged) Discard() error {
 		return nil
 	}
 	return err
+}
+
+// diskWriter marks a failed write (a full disk) as the store's failure,
+// apart from a failed read, which is the client's.
+type diskWriter struct{ f *os.File }
+
+func (w diskWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return n, err
 }
 
 // ctxReader stops a copy when its context ends (a client gone, a server

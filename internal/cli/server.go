@@ -35,6 +35,8 @@ type ServerCmd struct {
 	DataDir           string        `default:".jobplane" help:"Directory for the SQLite database and server state."`
 	PublicURL         string        `name:"public-url" help:"URL jobs and runners use to reach this server (default http://LISTEN)."`
 	SourceRepo        []string      `name:"source-repo" help:"Code repository jobs may name in 'source: {repo: NAME}', as NAME=URL (a local path is read in place; a URL is mirrored under DATA-DIR/sources; repeatable)." placeholder:"NAME=URL"`
+	Artifacts         string        `name:"artifacts" help:"Object store of artifacts: empty for DATA-DIR/artifacts, or s3://BUCKET/PREFIX?endpoint=URL&region=R, shared by every replica (credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a credentials file; docs/operations.md)." placeholder:"URL"`
+	S3Credentials     string        `name:"s3-credentials-file" help:"Credentials file of the S3 store, in the AWS tools' format (default: AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials; profile AWS_PROFILE or default)." placeholder:"FILE"`
 	LogLevel          string        `default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	LogFormat         string        `name:"log-format" default:"text" enum:"text,json" env:"JOBPLANE_LOG_FORMAT" help:"Log lines as text (key=value) or json (one object a line, for log pipelines)."`
 	GitHubAppID       int64         `name:"github-app-id" help:"GitHub App ID; enables the GitHub integration with --github-private-key and JOBPLANE_GITHUB_WEBHOOK_SECRET (docs/github.md)." placeholder:"ID"`
@@ -58,6 +60,7 @@ func (c *ServerCmd) Run(g *Globals) error {
 	cfg := config.Server{Listen: c.Listen, DB: c.DB, Definitions: c.Definitions, Channels: channels,
 		DataDir: c.DataDir, AdminToken: os.Getenv("JOBPLANE_ADMIN_TOKEN"), PublicURL: c.PublicURL,
 		SecretKey: os.Getenv("JOBPLANE_SECRET_KEY"), Protected: c.Protected, SyncInterval: c.SyncInterval, SourceRepos: repos,
+		Storage: config.Storage{URL: c.Artifacts, CredentialsFile: c.S3Credentials},
 		GitHub: config.GitHubApp{AppID: c.GitHubAppID, PrivateKeyFile: c.GitHubPrivateKey, API: c.GitHubAPI, Channel: c.GitHubChannel,
 			WebhookSecret:         os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET"),
 			PreviousWebhookSecret: os.Getenv("JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS"),

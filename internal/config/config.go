@@ -51,6 +51,9 @@ type Server struct {
 	SourceRepos map[string]string
 	// GitHub configures the GitHub App integration (config/github.go).
 	GitHub GitHubApp
+	// Storage is where artifacts, archived logs and staged source
+	// archives are kept (config/storage.go).
+	Storage Storage
 }
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -124,6 +127,9 @@ func (c *Server) Validate() error {
 	}
 	if c.SyncInterval < time.Second {
 		return &FieldError{Field: "--sync-interval", Message: "must be at least 1s"}
+	}
+	if _, _, err := c.Storage.S3(); err != nil {
+		return err
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		return &FieldError{Field: "JOBPLANE_ADMIN_TOKEN", Message: "must be at least 16 characters"}

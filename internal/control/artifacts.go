@@ -205,10 +205,12 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	if contentLength > limit {
 		return nil, refuse(fmt.Errorf("artifact %s may have at most %d bytes, Content-Length is %d: %w", art.Name, limit, contentLength, protocol.ErrTooLarge))
 	}
-	staged, err := s.art.Storage.Stage(ctx, body, limit)
+	staged, err := s.art.Storage.Stage(ctx, art.StorageKey, body, limit)
 	switch {
 	case errors.Is(err, artifact.ErrTooLarge):
 		return nil, refuse(fmt.Errorf("artifact %s may have at most %d bytes: %w", art.Name, limit, protocol.ErrTooLarge))
+	case errors.Is(err, artifact.ErrUnavailable):
+		return nil, refuse(fmt.Errorf("stage %s: %s: %w", art.Name, err.Error(), protocol.ErrUnavailable))
 	case err != nil:
 		return nil, refuse(protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("upload of %s interrupted: %w", art.Name, err)))
 	}
@@ -222,11 +224,19 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 	if err := failpoint.Inject("upload.afterHashBeforePublish"); err != nil {
 		return nil, refuse(err)
 	}
-	if err := staged.Publish(ctx, art.StorageKey); err != nil {
+	if err := staged.Publish(ctx); err != nil {
 		if errors.Is(err, artifact.ErrExists) {
 			return nil, refuse(fmt.Errorf("artifact %s of attempt %s is already stored: %w", art.Name, art.AttemptID, protocol.ErrAlreadyExists))
 		}
-		return nil, refuse(err)
+		// The outcome is unknown: the store may have published before its
+		// answer was lost. The row stays "uploading", so it is never
+		// listed, and the sweeper removes it and any object under its key
+		// once the upload's time is over (no stored row can own that key:
+		// an attempt stores one artifact of a name).
+		return nil, fmt.Errorf("%s: %w", err.Error(), protocol.ErrUnavailable)
+	}
+	if err := failpoint.Inject("upload.afterPublishBeforeCommit"); err != nil {
+		return nil, err // as a crash here would: the row stays "uploading", never listed
 	}
 	art.Size, art.SHA256, art.StoredAt = staged.Size(), staged.SHA256(), s.clock.NowOrNil()
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
@@ -254,6 +264,34 @@ func (s *Service) Upload(ctx context.Context, capability string, contentLength i
 		return nil, store.Refusal(err)
 	}
 	return &protocol.UploadResponse{ArtifactID: art.ID, Size: art.Size, SHA256: art.SHA256}, nil
+}
+
+// StagedUploadSweepInterval is how often SweepStagedUploads runs.
+const StagedUploadSweepInterval = 10 * time.Minute
+
+// stagedUploadBatch bounds one sweep's removals.
+const stagedUploadBatch = 100
+
+// SweepStagedUploads drops staged uploads older than the upload timeout
+// plus a margin, which only a server killed in the middle of an upload
+// leaves (an upload in flight is younger: its body must arrive within the
+// timeout). It is safe on every replica at once: with a shared S3 store
+// aborting an upload twice is harmless, and a filesystem store is the
+// replica's own.
+func (s *Service) SweepStagedUploads(ctx context.Context) (int, error) {
+	if s.art.Storage == nil {
+		return 0, nil
+	}
+	cutoff := s.clock.Now().Add(-s.UploadTimeout() - 5*time.Minute)
+	n, err := s.art.Storage.SweepStaged(ctx, cutoff, stagedUploadBatch)
+	if n > 0 {
+		s.obs.Swept("staged_upload", n)
+		s.log.InfoContext(ctx, "control: swept staged uploads", "count", n)
+	}
+	if err != nil {
+		return n, fmt.Errorf("sweep staged uploads: %w", err)
+	}
+	return n, nil
 }
 
 // checkLive refuses unless the attempt still holds the lease leaseDigest
@@ -353,7 +391,7 @@ func (s *Service) OpenArtifact(ctx context.Context, actor principal.Actor, runID
 		return nil, nil, fmt.Errorf("artifact %s of run %s is recorded but its bytes are missing: %w", name, runID, protocol.ErrUnavailable)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("open artifact %s of run %s: %s: %w", name, runID, err.Error(), protocol.ErrUnavailable)
 	}
 	return found, rc, nil
 }

@@ -16,12 +16,15 @@ type Observer interface {
 	// PolicyDecision: a decision at stage "request" or "dispatch" with
 	// outcome allow, deny or needs_approval.
 	PolicyDecision(stage, outcome string)
+	// Swept: a sweep removed n things of a kind ("staged_upload").
+	Swept(kind string, n int)
 }
 
 type nopObserver struct{}
 
 func (nopObserver) Claimed(string, time.Duration) {}
 func (nopObserver) PolicyDecision(string, string) {}
+func (nopObserver) Swept(string, int)             {}
 
 func observerOrNop(o Observer) Observer {
 	if o == nil {

@@ -284,6 +284,7 @@ type job struct {
 	leaseTTL    string // e.g. "2s"; empty for the default
 	maxAttempts int
 	backoff     string
+	extra       string // more top-level YAML, appended as is
 }
 
 func (j job) yaml() string {
@@ -302,6 +303,7 @@ func (j job) yaml() string {
 	} else {
 		fmt.Fprintf(&b, "retries: {max_attempts: %d}\n", n)
 	}
+	b.WriteString(j.extra)
 	return b.String()
 }
 
@@ -369,6 +371,8 @@ type server struct {
 	proc       *proc
 	admin      *apiclient.Client
 	starts     int
+	// args and env are given to every start, after the harness's own.
+	args, env []string
 }
 
 // startServer starts `jobplane server` on a free port and waits for /readyz.
@@ -389,9 +393,9 @@ func (s *server) start() {
 	t := s.t
 	t.Helper()
 	s.starts++
-	s.proc = startProc(t, fmt.Sprintf("server-%d", s.starts), []string{"JOBPLANE_ADMIN_TOKEN=" + s.adminToken},
-		"server", "--listen", s.addr, "--db", s.db, "--definitions", s.defs,
-		"--channel", "prod=main", "--data-dir", s.dataDir, "--log-level", "debug")
+	args := append([]string{"server", "--listen", s.addr, "--db", s.db, "--definitions", s.defs,
+		"--channel", "prod=main", "--data-dir", s.dataDir, "--log-level", "debug"}, s.args...)
+	s.proc = startProc(t, fmt.Sprintf("server-%d", s.starts), append([]string{"JOBPLANE_ADMIN_TOKEN=" + s.adminToken}, s.env...), args...)
 	s.waitReady(30 * time.Second)
 }
 

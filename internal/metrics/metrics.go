@@ -27,6 +27,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	requests  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	swept     *prometheus.CounterVec
 	log       *slog.Logger
 }
 
@@ -59,8 +60,12 @@ func New(src GaugeSource, clk clock.Clock, log *slog.Logger) *Metrics {
 			Help:    "HTTP request duration by route pattern (long polls included).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
 		}, []string{"route"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobplane_swept_total",
+			Help: "Things background sweeps removed, by kind (staged_upload: an upload a crash left staged in the object store).",
+		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.claim, m.decisions, m.requests, m.duration,
+	m.reg.MustRegister(m.claim, m.decisions, m.requests, m.duration, m.swept,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if src != nil {
 		m.reg.MustRegister(&dbCollector{src: src, clock: clk, log: log})
@@ -84,6 +89,11 @@ func (m *Metrics) Claimed(pool string, queued time.Duration) {
 // PolicyDecision implements control.Observer.
 func (m *Metrics) PolicyDecision(stage, outcome string) {
 	m.decisions.WithLabelValues(stage, outcome).Inc()
+}
+
+// Swept implements control.Observer.
+func (m *Metrics) Swept(kind string, n int) {
+	m.swept.WithLabelValues(kind).Add(float64(n))
 }
 
 // Instrument counts requests by the route pattern the mux matched (never

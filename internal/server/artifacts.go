@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"os"
 
 	"github.com/jobplane/jobplane/internal/artifact"
 	"github.com/jobplane/jobplane/internal/catalog"
@@ -11,24 +13,52 @@ import (
 	"github.com/jobplane/jobplane/internal/source"
 )
 
-// openArtifacts opens the artifact store under the data directory and the
-// source broker over the configured repositories.
-func openArtifacts(cfg config.Server) (control.ArtifactConfig, *source.Broker, error) {
-	fs, err := artifact.OpenFS(cfg.ArtifactDir())
+// objectStore is a Storage the server closes when it stops.
+type objectStore interface {
+	artifact.Storage
+	Close() error
+}
+
+// openStorage opens the object store --artifacts names: the filesystem
+// store under the data directory by default, or an S3 bucket, whose
+// credentials come from the environment or a credentials file.
+func openStorage(ctx context.Context, cfg config.Server) (objectStore, error) {
+	s3cfg, isS3, err := cfg.Storage.S3()
 	if err != nil {
-		return control.ArtifactConfig{}, nil, err
+		return nil, err
 	}
-	out := control.ArtifactConfig{Storage: fs}
+	if !isS3 {
+		return artifact.OpenFS(cfg.ArtifactDir())
+	}
+	s3cfg.Credentials, err = cfg.Storage.S3Credentials(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := artifact.OpenS3(ctx, s3cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--artifacts: %w", err)
+	}
+	return st, nil
+}
+
+// openArtifacts opens the object store and the source broker over the
+// configured repositories.
+func openArtifacts(ctx context.Context, cfg config.Server) (control.ArtifactConfig, objectStore, *source.Broker, error) {
+	objs, err := openStorage(ctx, cfg)
+	if err != nil {
+		return control.ArtifactConfig{}, nil, nil, err
+	}
+	out := control.ArtifactConfig{Storage: objs}
 	if len(cfg.SourceRepos) == 0 {
-		return out, nil, nil
+		return out, objs, nil, nil
 	}
 	b, err := source.Open(cfg.SourceRepos, cfg.SourceMirrorDir())
 	if err != nil {
-		fs.Close()
-		return control.ArtifactConfig{}, nil, fmt.Errorf("open source repositories: %w", err)
+		objs.Close()
+		return control.ArtifactConfig{}, nil, nil, fmt.Errorf("open source repositories: %w", err)
 	}
 	out.Sources = b
-	return out, b, nil
+	return out, objs, b, nil
 }
 
 func specArtifacts(j *catalog.Job) []protocol.ArtifactSpec {

@@ -37,6 +37,7 @@ type Server struct {
 	log      *slog.Logger
 	clock    clock.Clock
 	store    store.Store
+	objs     objectStore
 	grouped  *groupcommit.Store
 	svc      *control.Service
 	metrics  *metrics.Metrics
@@ -130,7 +131,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		st.Close()
 		return nil, err
 	}
-	arts, sources, err := openArtifacts(cfg)
+	arts, objs, sources, err := openArtifacts(ctx, cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -173,7 +174,7 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 		GitHub:    gh.webhook,
 	})
 	s := &Server{
-		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, grouped: grouped, svc: svc, ln: ln, metrics: mets,
+		cfg: cfg, log: opts.Logger, clock: opts.Clock, store: st, objs: objs, grouped: grouped, svc: svc, ln: ln, metrics: mets,
 		http: &http.Server{Handler: opts.Tracing.Handler(withMetrics(web.Mount(h, web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: opts.Clock}, Logger: opts.Logger, Clock: opts.Clock, PublicURL: cfg.PublicURL})), mets, opts.Clock)),
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
 		serveErr: make(chan error, 1),
@@ -208,6 +209,10 @@ func Start(ctx context.Context, cfg config.Server, opts Options) (*Server, error
 	s.sealer = s.startSealer(bg, st, opts.Logger, opts.SealInterval)
 	s.loop(bg, "nonce purge", 30*time.Second, func(ctx context.Context) error {
 		_, err := svc.PurgeNonces(ctx)
+		return err
+	})
+	s.loop(bg, "staged upload sweep", control.StagedUploadSweepInterval, func(ctx context.Context) error {
+		_, err := svc.SweepStagedUploads(ctx)
 		return err
 	})
 	s.startGitHub(bg, gh)
@@ -286,5 +291,5 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
-	return errors.Join(err, s.store.Close())
+	return errors.Join(err, s.store.Close(), s.objs.Close())
 }

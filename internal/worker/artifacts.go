@@ -69,6 +69,12 @@ func (a *attempt) uploadArtifacts(dir string) []string {
 	return ids
 }
 
+// maxUnavailableUploads bounds the tries of an upload the server answers
+// with 503 unavailable (its object store is down): the attempt's result,
+// which waits for the uploads without renewing the lease, matters more
+// than one artifact.
+const maxUnavailableUploads = 3
+
 func (a *attempt) uploadOne(root *os.Root, spec protocol.ArtifactSpec) (string, error) {
 	size, digest, err := hashFile(root, spec.Name)
 	if err != nil {
@@ -76,6 +82,7 @@ func (a *attempt) uploadOne(root *os.Root, spec protocol.ArtifactSpec) (string, 
 	}
 	var id string
 	var refused error
+	unavailable := 0
 	// Each try gets a new capability: a capability is single use, and a
 	// try that failed in transport may have used it.
 	ok := a.call(context.Background(), "upload artifact "+spec.Name, func(c context.Context) error {
@@ -94,11 +101,15 @@ func (a *attempt) uploadOne(root *os.Root, spec protocol.ArtifactSpec) (string, 
 		}
 		defer f.Close()
 		up, err := a.w.rc.Upload(c, capa.UploadURL, f, size)
+		if apiclient.IsCode(err, protocol.CodeUnavailable) {
+			unavailable++
+		}
 		switch {
 		case err == nil:
 			id = up.ArtifactID
 			return nil
-		case apiclient.IsCode(err, protocol.CodeCapabilityExpired), !leaseGone(err) && !apiclient.Retryable(err):
+		case apiclient.IsCode(err, protocol.CodeCapabilityExpired), !leaseGone(err) && !apiclient.Retryable(err),
+			unavailable >= maxUnavailableUploads:
 			refused = err
 			return &errRefused{err}
 		}
