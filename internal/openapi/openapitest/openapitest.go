@@ -294,7 +294,6 @@ func (c *Checker) validateRequest(ctx context.Context, x *Exchange, m *match) (*
 	req.ContentLength = int64(len(x.RequestBody))
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: m.params, Route: m.route, Options: opts}
 	return in, openapi3filter.ValidateRequest(ctx, in)
-
 }
 
 // CheckRequest returns what in the exchange's request the document does
