@@ -11,6 +11,7 @@ import (
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
+	"github.com/jobplane/jobplane/internal/tracing"
 )
 
 func runJSON(v *control.RunView) protocol.Run {
@@ -55,6 +56,7 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request, actor princi
 		writeError(w, h.log, err)
 		return
 	}
+	tracing.LinkRun(r.Context(), v.Run.ID)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -106,6 +108,7 @@ func (h *Handler) createRuns(w http.ResponseWriter, r *http.Request, actor princ
 			answers[i] = runAnswer{Status: p.Status, Error: &p}
 			continue
 		}
+		tracing.LinkRun(r.Context(), o.View.Run.ID)
 		answers[i] = runAnswer{Status: http.StatusOK, Run: as(o.View)}
 		if o.Created {
 			answers[i].Status = http.StatusCreated

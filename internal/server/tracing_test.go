@@ -95,7 +95,9 @@ func TestSpansOnTheClaimPath(t *testing.T) {
 				require.Failf(t, "no store.tx span", "under %s", route)
 				return nil
 			}
-			txUnder("POST /v1/runs")
+			requested := txUnder("POST /v1/runs")
+			require.Len(t, requested.Links(), 1, "the request that made the run links to the run's trace")
+			require.Equal(t, tracing.RunTraceID(run.ID), requested.Links()[0].SpanContext.TraceID().String())
 			claim := txUnder("POST /v1/runner/claim")
 			result := txUnder("POST /v1/runner/attempt/result")
 			attr := func(s sdktrace.ReadOnlySpan, k string) string {

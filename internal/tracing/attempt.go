@@ -28,3 +28,16 @@ func (t *Tracing) StartAttempt(ctx context.Context, runID, attemptID, job string
 		span.End()
 	}
 }
+
+// LinkRun links the span of ctx (the request that created the run) to the
+// run's trace, the link naming the run, so that a trace of the caller
+// leads to the run's. It does nothing when the span is not recording, which is
+// always the case with tracing off.
+func LinkRun(ctx context.Context, runID string) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(RunContext(context.Background(), runID)),
+		Attributes: []attribute.KeyValue{AttrRunID.String(runID)}})
+}
