@@ -4,4 +4,8 @@
 //
 //	cd tools/otlp && go build -o "$HOME/.cache/jobplane/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger
 //	JOBPLANE_TEST_JAEGER=$HOME/.cache/jobplane/jaeger go test ./internal/e2e -run TestTracesReachAnOTLPReceiver
+//
+// .ci/run builds it once into a cache directory keyed by this module's
+// go.mod and go.sum, and sets JOBPLANE_TEST_JAEGER and
+// JOBPLANE_TEST_REQUIRE_OTLP=1.
 package otlp
