@@ -239,7 +239,14 @@ func (q *queries) flushAudit() error { return q.writeAudit(false) }
 
 // writeAudit writes the events kept so far, one statement per run of one
 // scope, the last carrying the notification when notify.
+//
+// Outside a transaction nothing is kept, and the store's shared queries
+// value must not be written: concurrent reads of the audit log (the sealer,
+// a verification) all come through it.
 func (q *queries) writeAudit(notify bool) error {
+	if len(q.later.audit) == 0 {
+		return nil
+	}
 	evs := q.later.audit
 	q.later.audit = nil
 	for len(evs) > 0 {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,4 +154,42 @@ func testAuditInTx(t *testing.T, s store.Store) {
 	none, err := s.AuditList(bg(), &store.AuditListParams{Tenant: "tc", Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, none)
+}
+
+// testAuditReadsConcurrent reads the audit log from many goroutines outside
+// a transaction, as the sealer and a verification do at once: under the
+// race detector it fails if such a read writes state the store shares
+// between callers.
+func testAuditReadsConcurrent(t *testing.T, s store.Store) {
+	ctx := bg()
+	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
+		return tx.AuditAppend(ctx, &store.AuditEvent{Tenant: "t1", At: t0, Actor: "alice", Action: "x", Subject: "run_1"})
+	}))
+	var wg sync.WaitGroup
+	errs := make(chan error, 24)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				var err error
+				switch i % 3 {
+				case 0:
+					_, err = s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Limit: 10})
+				case 1:
+					_, err = s.AuditScan(ctx, &store.AuditScanParams{Limit: 10})
+				default:
+					_, err = s.AuditHorizon(ctx, 0)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

@@ -75,7 +75,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RegTokenUseConcurrent", testRegTokenConcurrent},
 		{"Nonces", testNonces},
 		{"Logs", testLogs},
-		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain}, {"AuditInTx", testAuditInTx},
+		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain}, {"AuditInTx", testAuditInTx}, {"AuditReadsConcurrent", testAuditReadsConcurrent},
 		{"Now", testNow},
 		{"InTxRollback", testInTxRollback},
 		{"ForUpdate", testForUpdate},
