@@ -12,31 +12,80 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/admin"
+	artbroker "github.com/jobplane/jobplane/internal/artifact/broker"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/catalogs"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/githubapp"
+	"github.com/jobplane/jobplane/internal/githubapp/actions"
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/openapi"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/runcreds"
+	"github.com/jobplane/jobplane/internal/schedule"
+	"github.com/jobplane/jobplane/internal/source/tickets"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
 // Config wires the handlers.
 type Config struct {
 	Control *control.Service
-	Auth    *authn.Authenticator
-	Logger  *slog.Logger
+	// Admin administers principals, tokens and runners.
+	Admin *admin.Service
+	// Creds verifies run tokens, issues connector credentials, keeps
+	// secrets and rotates the signing keys (nil: run tokens, secrets and
+	// connectors are not configured).
+	Creds *runcreds.Service
+	// Artifacts issues upload capabilities, receives uploads and serves
+	// runs' artifacts (nil: refused as unavailable).
+	Artifacts *artbroker.Service
+	// Sources issues and redeems source tickets (nil: refused as
+	// source_unavailable).
+	Sources *tickets.Service
+	// Schedules lists schedules (nil: refused as catalog_unavailable).
+	Schedules *schedule.Service
+	// Audit reads and verifies the audit log.
+	Audit  *audit.Log
+	Auth   *authn.Authenticator
+	Logger *slog.Logger
 	// Ready reports whether the server can serve (store reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the run-token issuer (the server's external URL).
 	PublicURL string
 	// GitHub enables the GitHub webhook intake (api/github.go).
 	GitHub *GitHubWebhook
+	// Leases shows, verifies and breaks run leases (nil: Control's).
+	Leases *lease.Service
+	// GitHubApp handles webhook deliveries and the operator's
+	// administration of installation tenants (nil: neither is served).
+	GitHubApp *githubapp.Service
+	// Actions exchanges GitHub Actions workflows' OIDC tokens for their
+	// attempts (nil: the exchange is refused, as with the mode off).
+	Actions *actions.Service
+	// Catalogs records and shows what the definitions serve: catalogs
+	// and jobs.
+	Catalogs *catalogs.Service
+	// Retention serves /v1/admin/prune (nil: not served).
+	Retention Pruner
 }
 
 // Handler is the HTTP API.
 type Handler struct {
 	svc   *control.Service
+	admin *admin.Service
+	audit *audit.Log
+	creds *runcreds.Service
+	arts  *artbroker.Service
+	srcs  *tickets.Service
+	sched *schedule.Service
+	gh    *githubapp.Service
+	act   *actions.Service
+	cats  *catalogs.Service
+	lease *lease.Service
 	auth  *authn.Authenticator
 	log   *slog.Logger
 	ready func(ctx context.Context) error
@@ -48,9 +97,15 @@ type Handler struct {
 
 // New builds the handler and its routes.
 func New(cfg Config) *Handler {
-	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, ready: cfg.Ready, mux: http.NewServeMux(), publicURL: cfg.PublicURL}
+	h := &Handler{svc: cfg.Control, admin: cfg.Admin, audit: cfg.Audit, creds: cfg.Creds, arts: cfg.Artifacts, srcs: cfg.Sources, sched: cfg.Schedules, gh: cfg.GitHubApp, act: cfg.Actions, cats: cfg.Catalogs, auth: cfg.Auth, log: cfg.Logger, ready: cfg.Ready, mux: http.NewServeMux(), publicURL: cfg.PublicURL}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.creds == nil {
+		h.creds = runcreds.New(runcreds.Config{})
+	}
+	if h.lease = cfg.Leases; h.lease == nil && cfg.Control != nil {
+		h.lease = cfg.Control.Leases()
 	}
 	m := &routeMux{ServeMux: h.mux, patterns: &h.patterns}
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -60,6 +115,9 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /.well-known/openid-configuration", h.discovery)
 	m.HandleFunc("GET /v1/run", h.job(h.runIdentity))
 	m.HandleFunc("GET /v1/run/connectors", h.job(h.runConnectors))
+	m.HandleFunc("GET /v1/run/lease", h.runLease)
+	m.HandleFunc("POST /v1/run/source", h.jobCall(h.runSource))
+	m.HandleFunc("POST /v1/run/artifacts", h.jobCall(h.runArtifact))
 	m.HandleFunc("PUT /v1/secrets/{name}", h.user(h.setSecret))
 	m.HandleFunc("GET /v1/audit", h.user(h.listAudit))
 	h.routesAudit(m)
@@ -75,6 +133,8 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("POST /v1/admin/signing-keys/rotate", h.user(h.rotateSigningKeys))
 
 	m.HandleFunc("POST /v1/runner/register", h.register)
+	// Answered 404 not_found when the GitHub Actions mode is off.
+	m.HandleFunc("POST /v1/actions/exchange", h.actionsExchange)
 	for path, fn := range h.signedRoutes() {
 		m.HandleFunc("POST "+path, h.signed(fn, deferredNonce[path]))
 	}
@@ -97,6 +157,7 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("POST /v1/runners/{id}/disable", h.user(h.setRunnerStatus(store.RunnerDisabled)))
 	m.HandleFunc("POST /v1/runners/{id}/enable", h.user(h.setRunnerStatus(store.RunnerActive)))
 	h.routesGitHub(m, cfg.GitHub)
+	h.routesRetention(m, cfg.Retention)
 	return h
 }
 
@@ -182,9 +243,9 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, principal.Act
 		if tok, ok := authn.BearerToken(r); ok && looksLikeJWS(tok) {
 			// A job's run token grants nothing here; say so, and audit the
 			// attempt, rather than answering as if it were an unknown key.
-			caller, err := h.svc.VerifyRunToken(r.Context(), tok)
+			caller, err := h.creds.VerifyRunToken(r.Context(), tok)
 			if err == nil {
-				err = h.svc.RefuseRunToken(r.Context(), caller, r.Pattern)
+				err = h.creds.RefuseRunToken(r.Context(), caller, r.Pattern)
 			}
 			writeError(w, h.log, err)
 			return
@@ -200,14 +261,14 @@ func (h *Handler) user(fn func(http.ResponseWriter, *http.Request, principal.Act
 }
 
 // job authenticates a running job by its run token.
-func (h *Handler) job(fn func(http.ResponseWriter, *http.Request, *control.RunCaller)) http.HandlerFunc {
+func (h *Handler) job(fn func(http.ResponseWriter, *http.Request, *runcreds.RunCaller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := authn.BearerToken(r)
 		if !ok || !looksLikeJWS(tok) {
 			writeError(w, h.log, fmt.Errorf("a run token is required: %w", protocol.ErrUnauthorized))
 			return
 		}
-		caller, err := h.svc.VerifyRunToken(r.Context(), tok)
+		caller, err := h.creds.VerifyRunToken(r.Context(), tok)
 		if err != nil {
 			writeError(w, h.log, err)
 			return
@@ -275,6 +336,17 @@ func decode(body []byte, v any) error {
 	if dec.More() {
 		return fmt.Errorf("invalid JSON body: trailing data: %w", protocol.ErrBadRequest)
 	}
+	switch v.(type) {
+	case *protocol.LogsRequest, *protocol.ResultRequest, *protocol.ResultsRequest:
+		// A job's output is stored, its NULs replaced (protocol.StorableText).
+	case *protocol.ArtifactRequest:
+		// Its name, role and digest each have a stricter check of their
+		// own, which refuses a NUL with that field's code (invalid_name).
+	default:
+		if field, ok := protocol.NULField(body); ok {
+			return &protocol.FieldError{Field: field, Err: fmt.Errorf("%s contains a NUL character (\\u0000), which no text field may hold: %w", field, protocol.ErrBadRequest)}
+		}
+	}
 	return nil
 }
 
@@ -298,6 +370,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 		log = nil // the server's edge logs it, with the request's identifiers
 	}
 	p := problemOf(log, err)
+	if p.Status == http.StatusServiceUnavailable {
+		// Every 503 is retryable (docs/protocol.md): say when.
+		w.Header().Set("Retry-After", "1")
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
@@ -310,8 +386,8 @@ type errorReporter interface{ ReportError(err error) bool }
 
 // internal reports whether err is answered 500 and logged.
 func internal(err error) bool {
-	var pe *protocol.Error
-	return !errors.As(err, &pe) && !errors.Is(err, context.Canceled)
+	_, failed := problem.Of(err)
+	return failed && !errors.Is(err, context.Canceled)
 }
 
 // problemOf is the problem+json body that answers err, also where an error

@@ -13,6 +13,13 @@ import (
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
+// The refusals of a handler built without the artifact or the source
+// ticket service.
+var (
+	errNoArtifacts = fmt.Errorf("this server stores no artifacts: %w", protocol.ErrUnavailable)
+	errNoSources   = fmt.Errorf("this server has no source repositories: %w", protocol.ErrSourceUnavailable)
+)
+
 // routesArtifacts registers the artifact and source routes that are not
 // runner-signed: the capability and ticket URLs (the secret in the path is
 // the authority) and the people-facing listing and download.
@@ -24,12 +31,16 @@ func (h *Handler) routesArtifacts(m *routeMux) {
 }
 
 func (h *Handler) requestUpload(w http.ResponseWriter, r *http.Request, call *authn.SignedCall) {
+	if h.arts == nil {
+		writeError(w, h.log, errNoArtifacts)
+		return
+	}
 	var req protocol.ArtifactRequest
 	if err := decode(call.Body, &req); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.RequestUpload(r.Context(), call, &req)
+	resp, err := h.arts.RequestUpload(r.Context(), call, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -38,12 +49,16 @@ func (h *Handler) requestUpload(w http.ResponseWriter, r *http.Request, call *au
 }
 
 func (h *Handler) attemptSource(w http.ResponseWriter, r *http.Request, call *authn.SignedCall) {
+	if h.srcs == nil {
+		writeError(w, h.log, errNoSources)
+		return
+	}
 	var req struct{}
 	if err := decode(call.Body, &req); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.AttemptSource(r.Context(), call)
+	resp, err := h.srcs.AttemptSource(r.Context(), call)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -51,12 +66,77 @@ func (h *Handler) attemptSource(w http.ResponseWriter, r *http.Request, call *au
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// jobCall authenticates a job's run token for the endpoints that check its
+// attempt themselves: an ended attempt is 410 attempt_ended, not the 401 of
+// h.job.
+func (h *Handler) jobCall(fn func(http.ResponseWriter, *http.Request, *principal.JobCall)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := authn.BearerToken(r)
+		if !ok || !looksLikeJWS(tok) {
+			writeError(w, h.log, fmt.Errorf("a run token is required: %w", protocol.ErrUnauthorized))
+			return
+		}
+		call, err := h.creds.JobCall(tok)
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		fn(w, r, call)
+	}
+}
+
+// runSource is POST /v1/runner/attempt/source for the job itself, with its
+// run token: a pod that holds no runner key fetches its source this way.
+func (h *Handler) runSource(w http.ResponseWriter, r *http.Request, call *principal.JobCall) {
+	var req struct{}
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	if h.srcs == nil {
+		writeError(w, h.log, errNoSources)
+		return
+	}
+	resp, err := h.srcs.JobSource(r.Context(), call)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// runArtifact is POST /v1/runner/attempt/artifacts for the job itself, with
+// its run token; the bytes go to the capability's upload URL as a runner's.
+func (h *Handler) runArtifact(w http.ResponseWriter, r *http.Request, call *principal.JobCall) {
+	var req protocol.ArtifactRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	if h.arts == nil {
+		writeError(w, h.log, errNoArtifacts)
+		return
+	}
+	resp, err := h.arts.JobUpload(r.Context(), call, &req)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, resp)
+}
+
 // upload streams the body into the service. The read deadline cuts off a
 // trickling client; a refused upload closes the connection, so that the
 // rest of an oversized body is never read (RELIABILITY A1).
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	_ = http.NewResponseController(w).SetReadDeadline(clock.Real{}.Now().Add(h.svc.UploadTimeout()))
-	resp, err := h.svc.Upload(r.Context(), r.PathValue("capability"), r.ContentLength, r.Body)
+	if h.arts == nil {
+		writeError(w, h.log, errNoArtifacts)
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(clock.Real{}.Now().Add(h.arts.UploadTimeout()))
+	resp, err := h.arts.Upload(r.Context(), r.PathValue("capability"), r.ContentLength, r.Body)
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		writeError(w, h.log, err)
@@ -66,8 +146,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) downloadSource(w http.ResponseWriter, r *http.Request) {
+	if h.srcs == nil {
+		writeError(w, h.log, errNoSources)
+		return
+	}
 	wrote := false
-	err := h.svc.RedeemSource(r.Context(), r.PathValue("ticket"), func() io.Writer {
+	err := h.srcs.RedeemSource(r.Context(), r.PathValue("ticket"), func() io.Writer {
 		wrote = true
 		w.Header().Set("Content-Type", "application/gzip")
 		w.Header().Set("Cache-Control", "no-store")
@@ -87,7 +171,11 @@ func (h *Handler) downloadSource(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listArtifacts(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	arts, err := h.svc.RunArtifacts(r.Context(), actor, r.PathValue("id"))
+	if h.arts == nil {
+		writeError(w, h.log, errNoArtifacts)
+		return
+	}
+	arts, err := h.arts.RunArtifacts(r.Context(), actor, r.PathValue("id"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -96,7 +184,11 @@ func (h *Handler) listArtifacts(w http.ResponseWriter, r *http.Request, actor pr
 }
 
 func (h *Handler) downloadArtifact(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	art, rc, err := h.svc.OpenArtifact(r.Context(), actor, r.PathValue("id"), r.PathValue("name"))
+	if h.arts == nil {
+		writeError(w, h.log, errNoArtifacts)
+		return
+	}
+	art, rc, err := h.arts.OpenArtifact(r.Context(), actor, r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return

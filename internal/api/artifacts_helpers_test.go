@@ -7,14 +7,20 @@ import (
 	"encoding/json"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/artifact"
+	artbroker "github.com/jobplane/jobplane/internal/artifact/broker"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/source"
+	"github.com/jobplane/jobplane/internal/source/tickets"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
@@ -23,14 +29,45 @@ func jsonUnmarshal(b []byte, v any) error   { return json.Unmarshal(b, v) }
 // testArtifacts gives every test server an artifact store in a temporary
 // directory and a source repository "code", which is the definitions
 // repository itself (it has a main branch).
-func testArtifacts(t *testing.T, repo string) control.ArtifactConfig {
+func testArtifacts(t *testing.T, repo string) artConfig {
 	t.Helper()
 	fs, err := artifact.OpenFS(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { fs.Close() })
 	b, err := source.Open(map[string]string{"code": repo}, t.TempDir())
 	require.NoError(t, err)
-	return control.ArtifactConfig{Storage: fs, Sources: b}
+	return artConfig{Storage: fs, Sources: b}
+}
+
+// artConfig configures a test server's artifact and source ticket
+// services; zero durations are the services' defaults.
+type artConfig struct {
+	Storage       artifact.Storage
+	Sources       *source.Broker
+	UploadTimeout time.Duration
+	TicketTTL     time.Duration
+}
+
+// heads is the source broker as the run service pins branches with it.
+func (c artConfig) heads() control.SourceHeads {
+	if c.Sources == nil {
+		return nil
+	}
+	return c.Sources
+}
+
+// services builds the artifact and source ticket services over the run
+// service svc and, when not nil, the GitHub App gh.
+func (c artConfig) services(st store.Store, clk clock.Clock, svc *control.Service, gh *githubapp.Service) (*artbroker.Service, *tickets.Service) {
+	arts := artbroker.New(artbroker.Config{Store: st, Clock: clk, Runs: svc, Storage: c.Storage, UploadTimeout: c.UploadTimeout})
+	tcfg := tickets.Config{Store: st, Clock: clk, Runs: svc, TicketTTL: c.TicketTTL}
+	if c.Sources != nil {
+		tcfg.Repos = c.Sources
+	}
+	if gh != nil {
+		tcfg.Hosted = gh
+	}
+	return arts, tickets.New(tcfg)
 }
 
 // srcAttempt is a claimed attempt of the audit sweep's job "built", which
@@ -39,6 +76,7 @@ type srcAttempt struct {
 	rc        *apiclient.RunnerClient
 	ref       apiclient.AttemptRef
 	uploadURL string
+	job       *apiclient.Client // the attempt's job, holding only its run token
 }
 
 func (e *auditSweep) srcClaimed(t *testing.T) {
@@ -52,8 +90,9 @@ func (e *auditSweep) srcClaimed(t *testing.T) {
 	require.NoError(t, err)
 	rc.RunnerID = reg.RunnerID
 	e.request("built", "")
-	_, ref := e.claim(rc)
-	e.src = srcAttempt{rc: rc, ref: ref}
+	asg, ref := e.claim(rc)
+	require.NotNil(t, asg.RunToken)
+	e.src = srcAttempt{rc: rc, ref: ref, job: &apiclient.Client{BaseURL: e.srv.URL, Token: asg.RunToken.Token, HTTP: e.srv.Client()}}
 }
 
 func (e *auditSweep) srcUploadable(t *testing.T) {

@@ -26,20 +26,25 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/api"
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/artifact"
+	artbroker "github.com/jobplane/jobplane/internal/artifact/broker"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/connector"
+	connbroker "github.com/jobplane/jobplane/internal/connector/broker"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/runcreds"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/source"
+	"github.com/jobplane/jobplane/internal/source/tickets"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -72,7 +77,7 @@ type artEnv struct {
 
 // newArtifactEnv is newEnvFiles with a filesystem artifact store and a
 // source broker over a code repository (branch main).
-func newArtifactEnv(t *testing.T, st store.Store, cfg control.ArtifactConfig) *artEnv {
+func newArtifactEnv(t *testing.T, st store.Store, cfg artConfig) *artEnv {
 	t.Helper()
 	repo := t.TempDir()
 	_, err := gitsync.InitRepo(repo, "main", artifactDefinitions, "init")
@@ -85,7 +90,7 @@ func newArtifactEnv(t *testing.T, st store.Store, cfg control.ArtifactConfig) *a
 	fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	box, err := creds.NewBox(bytes.Repeat([]byte{7}, 32))
 	require.NoError(t, err)
-	tokens, err := control.NewCredentials(context.Background(), st, box, fc, testIssuer)
+	tokens, err := runcreds.NewKeys(context.Background(), st, box, fc, testIssuer)
 	require.NoError(t, err)
 	artDir := t.TempDir()
 	fsStore, err := artifact.OpenFS(artDir)
@@ -94,14 +99,17 @@ func newArtifactEnv(t *testing.T, st store.Store, cfg control.ArtifactConfig) *a
 	broker, err := source.Open(map[string]string{"code": code}, t.TempDir())
 	require.NoError(t, err)
 	cfg.Storage, cfg.Sources = fsStore, broker
-	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens,
-		Broker: connector.NewBroker(st, box), Artifacts: cfg})
+	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs, Credentials: tokens, Sources: cfg.heads()})
 	require.NoError(t, err)
-	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
-	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer})
+	artSvc, srcSvc := cfg.services(st, fc, svc, nil)
+	adm := admin.New(st, fc)
+	adm.OnRunnersChanged(svc.RunnersChanged)
+	require.NoError(t, adm.EnsureAdmin(context.Background(), adminToken))
+	h := api.New(api.Config{Control: svc, Admin: adm, Audit: audit.NewLog(st), Creds: runcreds.New(runcreds.Config{Store: st, Clock: fc, Keys: tokens, Box: box, Broker: connbroker.NewBroker(st, box)}), Auth: &authn.Authenticator{Store: st, Clock: fc}, Ready: st.Ping, PublicURL: testIssuer,
+		Artifacts: artSvc, Sources: srcSvc})
 	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
-	e := &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,
+	e := &testEnv{t: t, store: st, clock: fc, svc: svc, tokens: tokens, srv: srv, repo: repo,
 		admin: &apiclient.Client{BaseURL: srv.URL, Token: adminToken, HTTP: srv.Client()}}
 	return &artEnv{testEnv: e, artDir: artDir, codeRepo: code}
 }
@@ -159,12 +167,12 @@ func code(err error) string {
 func TestArtifactRoundTrip(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		rc := e.runner()
 		asg, ref := e.claimBuild(rc)
 		require.Equal(t, []protocol.ArtifactSpec{
 			{Name: "report.json", Role: "report", MaxBytes: 1000},
-			{Name: "big.bin", Role: "data", MaxBytes: control.DefaultArtifactMaxBytes},
+			{Name: "big.bin", Role: "data", MaxBytes: artifact.DefaultMaxBytes},
 		}, asg.Artifacts, "the claim answer lists the declared artifacts")
 		require.NotNil(t, asg.Source)
 		require.Equal(t, "code", asg.Source.Repo)
@@ -174,7 +182,7 @@ func TestArtifactRoundTrip(t *testing.T) {
 		capa, err := rc.RequestUpload(e.ctx(), ref, protocol.ArtifactRequest{Name: "report.json", Role: "report", Size: int64(len(data)), SHA256: sum(data)})
 		require.NoError(t, err)
 		require.Equal(t, int64(len(data)), capa.MaxBytes, "an announced size is the limit")
-		require.Equal(t, e.clock.Now().Add(control.DefaultUploadTTL), capa.ExpiresAt)
+		require.Equal(t, e.clock.Now().Add(artbroker.DefaultUploadTTL), capa.ExpiresAt)
 		up, err := rc.Upload(e.ctx(), capa.UploadURL, bytes.NewReader(data), int64(len(data)))
 		require.NoError(t, err)
 		require.Equal(t, capa.ArtifactID, up.ArtifactID)
@@ -219,10 +227,51 @@ func TestArtifactRoundTrip(t *testing.T) {
 }
 
 // TestArtifactOversize is RELIABILITY A1.
+// TestArtifactDownloadDuringSweep: a download that read the artifact just
+// before a retention sweep took it answers 404 not_found, as one a moment
+// later would, not 503 unavailable; bytes missing under a row still
+// stored stay 503. Not parallel: the failpoint is process-wide.
+func TestArtifactDownloadDuringSweep(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newArtifactEnv(t, st, artConfig{})
+		rc := e.runner()
+		asg, ref := e.claimBuild(rc)
+		data := []byte(`{"ok":true}`)
+		capa, err := rc.RequestUpload(e.ctx(), ref, protocol.ArtifactRequest{Name: "report.json", Role: "report", Size: int64(len(data)), SHA256: sum(data)})
+		require.NoError(t, err)
+		_, err = rc.Upload(e.ctx(), capa.UploadURL, bytes.NewReader(data), int64(len(data)))
+		require.NoError(t, err)
+		objects, _ := e.stored()
+		require.Len(t, objects, 1)
+
+		// The bytes vanish under a row that still says stored: broken.
+		require.NoError(t, os.Rename(filepath.Join(e.artDir, objects[0]), filepath.Join(e.artDir, objects[0]+".aside")))
+		_, err = e.admin.DownloadArtifact(e.ctx(), asg.RunID, "report.json")
+		require.Equal(t, protocol.CodeUnavailable, code(err))
+		require.NoError(t, os.Rename(filepath.Join(e.artDir, objects[0]+".aside"), filepath.Join(e.artDir, objects[0])))
+
+		// The sweep marks the artifact and deletes its bytes between the
+		// download's listing and its opening: gone.
+		swept := 0
+		disable := failpoint.Enable("artifact.open.afterList", func() error {
+			marked, err := st.ArtifactMarkDeleting(store.WithSystem(context.Background(), "test sweep"), asg.RunID, 10)
+			if err != nil {
+				return err
+			}
+			swept += len(marked)
+			return os.Remove(filepath.Join(e.artDir, objects[0]))
+		})
+		_, err = e.admin.DownloadArtifact(e.ctx(), asg.RunID, "report.json")
+		disable()
+		require.Equal(t, 1, swept)
+		require.Equal(t, protocol.CodeNotFound, code(err))
+	})
+}
+
 func TestArtifactOversize(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{UploadTimeout: 300 * time.Millisecond})
+		e := newArtifactEnv(t, st, artConfig{UploadTimeout: 300 * time.Millisecond})
 		rc := e.runner()
 		_, ref := e.claimBuild(rc)
 		capability := func() *protocol.ArtifactCapability {
@@ -292,7 +341,7 @@ func TestArtifactOversize(t *testing.T) {
 func TestArtifactDigest(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		rc := e.runner()
 		_, ref := e.claimBuild(rc)
 		data := []byte(`{"report":"contents"}`)
@@ -333,7 +382,7 @@ func TestArtifactDigest(t *testing.T) {
 func TestArtifactCapabilityMisuse(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		rc := e.runner()
 		_, ref := e.claimBuild(rc)
 		data := []byte("x")
@@ -365,7 +414,7 @@ func TestArtifactCapabilityMisuse(t *testing.T) {
 
 		expired, err := rc.RequestUpload(e.ctx(), ref, protocol.ArtifactRequest{Name: "report.json"})
 		require.NoError(t, err)
-		e.clock.Advance(control.DefaultUploadTTL)
+		e.clock.Advance(artbroker.DefaultUploadTTL)
 		_, err = rc.Upload(e.ctx(), expired.UploadURL, bytes.NewReader(data), 1)
 		require.Equal(t, protocol.CodeCapabilityExpired, code(err), "expired at expires_at")
 		e.requireNothingKeptExcept(expired.ArtifactID, 1)
@@ -390,7 +439,7 @@ func (e *artEnv) requireNothingKeptExcept(artifactID string, n int) {
 func TestArtifactLiveLease(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		rc := e.runner()
 		_, ref := e.claimBuild(rc)
 
@@ -425,7 +474,7 @@ func TestArtifactLiveLease(t *testing.T) {
 func TestArtifactAcrossAttempts(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		r1, r2 := e.runner(), e.runner()
 		asg1, ref1 := e.claimBuild(r1)
 		c1, err := r1.RequestUpload(e.ctx(), ref1, protocol.ArtifactRequest{Name: "report.json"})
@@ -495,7 +544,7 @@ func untar(t *testing.T, r io.Reader) (files map[string]string, comment string) 
 func TestSourceTicket(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{})
+		e := newArtifactEnv(t, st, artConfig{})
 		rc := e.runner()
 		run := e.request("build", "")
 		pinned := strings.TrimSpace(gitHead(t, e.codeRepo))
@@ -509,7 +558,7 @@ func TestSourceTicket(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, protocol.SourceKindTicket, ans.Kind)
 		require.Equal(t, pinned, ans.Commit)
-		require.Equal(t, e.clock.Now().Add(control.DefaultTicketTTL), *ans.ExpiresAt)
+		require.Equal(t, e.clock.Now().Add(tickets.DefaultTicketTTL), *ans.ExpiresAt)
 		rd, err := rc.DownloadSource(e.ctx(), ans.URL)
 		require.NoError(t, err)
 		files, comment := untar(t, rd)
@@ -554,7 +603,7 @@ func TestSourceTicket(t *testing.T) {
 func TestSourceTicketBinding(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
-		e := newArtifactEnv(t, st, control.ArtifactConfig{TicketTTL: 10 * time.Second})
+		e := newArtifactEnv(t, st, artConfig{TicketTTL: 10 * time.Second})
 		rc := e.runner()
 		_, ref := e.claimBuild(rc)
 

@@ -27,14 +27,14 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request, actor princi
 		writeError(w, h.log, err)
 		return
 	}
-	q := control.AuditQuery{After: after, Limit: int(limit), RunID: r.URL.Query().Get("run"), Actor: r.URL.Query().Get("actor")}
+	q := audit.Query{After: after, Limit: int(limit), RunID: r.URL.Query().Get("run"), Actor: r.URL.Query().Get("actor")}
 	if s := r.URL.Query().Get("since"); s != "" {
 		if q.Since, err = time.Parse(time.RFC3339Nano, s); err != nil {
 			writeError(w, h.log, fmt.Errorf("query since must be an RFC 3339 time such as 2026-08-14T00:00:00Z: %w", protocol.ErrBadRequest))
 			return
 		}
 	}
-	events, err := h.svc.QueryAudit(r.Context(), actor, q)
+	events, err := h.audit.Query(r.Context(), actor, q)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -61,7 +61,7 @@ func (h *Handler) verifyAudit(w http.ResponseWriter, r *http.Request, actor prin
 		}
 		cp = &c
 	}
-	rep, err := h.svc.VerifyAudit(r.Context(), actor, cp)
+	rep, err := h.audit.Verify(r.Context(), actor, cp)
 	if err != nil {
 		writeError(w, h.log, err)
 		return

@@ -15,8 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/actionsoidc"
 	"github.com/jobplane/jobplane/internal/apiclient"
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -82,9 +84,10 @@ func mutatingRoutes(t *testing.T) []string {
 // notAudited are the mutating routes that append no event, and why.
 var notAudited = map[string]string{
 	"POST /v1/leases/verify":        "read-only: asks whether a fencing token is current",
-	"POST /v1/runner/heartbeat":     "liveness only: refreshes last-seen; its age is a metric",
+	"POST /v1/runner/heartbeat":     "liveness only: refreshes last-seen; its age is a metric (a change of the executor it states is audited: runner.executor_changed, TestRunnerCapabilityInputRefused)",
 	"POST /v1/runner/attempt/renew": "renewals are not audited one by one (RELIABILITY decisions); the claim and the end are",
 	"POST /v1/runner/attempt/logs":  "output, not a state change: the log is its own record",
+	"POST /v1/admin/prune":          "runs the retention sweep early: each deletion it makes is audited (run.logs_pruned, run.artifacts_pruned; TestAdminPrune)",
 }
 
 type auditCase struct {
@@ -241,6 +244,18 @@ func TestAU1AuditCoverage(t *testing.T) {
 				_, err := e.src.rc.Source(ctx, e.src.ref)
 				return err
 			}, want: []string{"source.ticket_issued"}},
+			"POST /v1/run/artifacts": {setup: func(e *auditSweep) { e.srcClaimed(t) }, do: func(e *auditSweep) error {
+				_, err := e.src.job.RunRequestUpload(ctx, protocol.ArtifactRequest{Name: "out.txt"})
+				return err
+			}, want: []string{"artifact.capability_issued"}, check: func(t *testing.T, ev []*store.AuditEvent) {
+				require.True(t, strings.HasPrefix(ev[0].Actor, "run:"), "the job asked: %s", ev[0].Actor)
+			}},
+			"POST /v1/run/source": {setup: func(e *auditSweep) { e.srcClaimed(t) }, do: func(e *auditSweep) error {
+				_, err := e.src.job.RunSource(ctx)
+				return err
+			}, want: []string{"source.ticket_issued"}, check: func(t *testing.T, ev []*store.AuditEvent) {
+				require.True(t, strings.HasPrefix(ev[0].Actor, "run:"), "the job asked: %s", ev[0].Actor)
+			}},
 			"POST /v1/runner/attempt/relinquish": {setup: func(e *auditSweep) { e.claimed() }, do: func(e *auditSweep) error {
 				return e.rc.Relinquish(ctx, e.ref, "shutting down")
 			}, want: []string{"lease.released", "attempt.relinquished"}, check: func(t *testing.T, ev []*store.AuditEvent) {
@@ -275,12 +290,36 @@ func TestAU1AuditCoverage(t *testing.T) {
 			// its signature check is W1/W2's; this is what it runs after.
 			"POST /v1/github/webhook": {do: func(e *auditSweep) error {
 				body := []byte(`{"action":"created","installation":{"id":77,"account":{"login":"acme"}},"repositories":[{"id":5,"full_name":"acme/ops"}]}`)
-				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-77", Event: "installation", Body: body})
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-77", Event: "installation", Body: body})
 				return err
 			}, want: []string{"github.installation.created"}},
+			// A refused exchange is audited in the tenant of the attempt it
+			// named; the accepted one (actions.exchanged with
+			// attempt.claimed) is control's TestActionsTwoInstallationsEndToEnd.
+			"POST /v1/actions/exchange": {setup: func(e *auditSweep) {
+				body := []byte(`{"action":"created","installation":{"id":82,"account":{"login":"umbrella"}},"repositories":[{"id":8,"full_name":"umbrella/app"}]}`)
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-82", Event: "installation", Body: body})
+				require.NoError(t, err)
+				in, err := st.GitHubInstallationGet(store.WithSystem(ctx, "test"), 82)
+				require.NoError(t, err)
+				require.NoError(t, st.ActionsDispatchCreate(store.WithSystem(ctx, "test"), &store.ActionsDispatch{
+					AttemptID: "att_audit", RunID: "run_audit", Tenant: in.Tenant, InstallationID: 82, Repo: "umbrella/app",
+					Commit: strings.Repeat("a", 40), Workflow: "jobplane.yml", RepoID: 8, OwnerID: 820, Ref: "refs/heads/main",
+					State: store.DispatchSent}))
+			}, do: func(e *auditSweep) error {
+				run := fakegithub.WorkflowRun{Dispatch: fakegithub.Dispatch{Repo: "umbrella/app", RepoID: 8, OwnerID: 820,
+					Workflow: "jobplane.yml", FullRef: "refs/heads/main", SHA: strings.Repeat("a", 40)}, RunID: 5, RunAttempt: 1}
+				claims := e.oidc.OIDCClaims(run, actionsoidc.DefaultAudience)
+				claims["event_name"] = "push"
+				pub, _, err := ed25519.GenerateKey(rand.Reader)
+				require.NoError(t, err)
+				_, err = e.act.Exchange(ctx, e.oidc.SignOIDC(claims), &protocol.ActionsExchangeRequest{AttemptID: "att_audit", PublicKey: protocol.EncodeKey(pub)})
+				require.ErrorIs(t, err, protocol.ErrOIDCEventMismatch)
+				return nil
+			}, want: []string{"actions.exchange_refused"}},
 			"POST /v1/github/installations/{id}/registration-tokens": {setup: func(e *auditSweep) {
 				body := []byte(`{"action":"created","installation":{"id":78,"account":{"login":"globex"}},"repositories":[{"id":6,"full_name":"globex/ci"}]}`)
-				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-78", Event: "installation", Body: body})
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-78", Event: "installation", Body: body})
 				require.NoError(t, err)
 			}, do: func(e *auditSweep) error {
 				_, err := e.admin.CreateInstallationRegistrationToken(ctx, 78, protocol.RegistrationTokenRequest{SelfHosted: true, AllowedRepos: []string{"globex/ci"}})
@@ -288,7 +327,7 @@ func TestAU1AuditCoverage(t *testing.T) {
 			}, want: []string{"registration_token.created"}},
 			"POST /v1/github/installations/{id}/principals": {setup: func(e *auditSweep) {
 				body := []byte(`{"action":"created","installation":{"id":79,"account":{"login":"initech"}},"repositories":[]}`)
-				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-79", Event: "installation", Body: body})
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-79", Event: "installation", Body: body})
 				require.NoError(t, err)
 			}, do: func(e *auditSweep) error {
 				_, err := e.admin.CreateInstallationPrincipal(ctx, 79, protocol.PrincipalRequest{Name: "peter"})
@@ -296,7 +335,7 @@ func TestAU1AuditCoverage(t *testing.T) {
 			}, want: []string{"principal.created"}},
 			"POST /v1/github/installations/{id}/principals/{name}/tokens": {setup: func(e *auditSweep) {
 				body := []byte(`{"action":"created","installation":{"id":80,"account":{"login":"hooli"}},"repositories":[]}`)
-				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-80", Event: "installation", Body: body})
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-80", Event: "installation", Body: body})
 				require.NoError(t, err)
 				_, err = e.admin.CreateInstallationPrincipal(ctx, 80, protocol.PrincipalRequest{Name: "gavin"})
 				require.NoError(t, err)
@@ -306,7 +345,7 @@ func TestAU1AuditCoverage(t *testing.T) {
 			}, want: []string{"token.created"}},
 			"DELETE /v1/github/installations/{id}/tokens/{token}": {setup: func(e *auditSweep) {
 				body := []byte(`{"action":"created","installation":{"id":81,"account":{"login":"pied"}},"repositories":[]}`)
-				_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: "d-81", Event: "installation", Body: body})
+				_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: "d-81", Event: "installation", Body: body})
 				require.NoError(t, err)
 				_, err = e.admin.CreateInstallationPrincipal(ctx, 81, protocol.PrincipalRequest{Name: "richard"})
 				require.NoError(t, err)

@@ -10,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/api"
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
@@ -73,8 +75,10 @@ func newAuthzEnv(t *testing.T, st store.Store) *authzEnv {
 	fc := clock.NewFake(time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC))
 	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs})
 	require.NoError(t, err)
-	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
-	srv := newServer(t, api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}}))
+	adm := admin.New(st, fc)
+	adm.OnRunnersChanged(svc.RunnersChanged)
+	require.NoError(t, adm.EnsureAdmin(context.Background(), adminToken))
+	srv := newServer(t, api.New(api.Config{Control: svc, Admin: adm, Audit: audit.NewLog(st), Auth: &authn.Authenticator{Store: st, Clock: fc}}))
 	e := &authzEnv{testEnv: &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,
 		admin: &apiclient.Client{BaseURL: srv.URL, Token: adminToken, HTTP: srv.Client()}}, users: map[string]*apiclient.Client{}}
 	for _, name := range []string{"alice", "carol", "dave", "mallory"} {

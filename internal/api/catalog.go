@@ -6,13 +6,13 @@ import (
 	"github.com/jobplane/jobplane/internal/principal"
 )
 
-// Catalog API (PROTOCOL.md): jobs of a channel's active commit, and the
+// Catalog API (docs/protocol.md): jobs of a channel's active commit, and the
 // active and rejected commits of every channel. Reading needs any API
 // token; syncing is admin only.
 
 func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	q := r.URL.Query()
-	v, err := h.svc.ListJobs(r.Context(), actor, q.Get("channel"), q.Get("ref"))
+	v, err := h.cats.ListJobs(r.Context(), actor, q.Get("channel"), q.Get("ref"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -22,7 +22,7 @@ func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request, actor princip
 
 func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
 	q := r.URL.Query()
-	v, err := h.svc.ShowJob(r.Context(), actor, q.Get("channel"), q.Get("ref"), r.PathValue("name"))
+	v, err := h.cats.ShowJob(r.Context(), actor, q.Get("channel"), q.Get("ref"), r.PathValue("name"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -31,7 +31,7 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request, actor principal
 }
 
 func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	v, err := h.svc.Catalogs(r.Context(), actor)
+	v, err := h.cats.Catalogs(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -40,7 +40,7 @@ func (h *Handler) listCatalogs(w http.ResponseWriter, r *http.Request, actor pri
 }
 
 func (h *Handler) syncCatalogs(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	v, err := h.svc.SyncCatalogs(r.Context(), actor)
+	v, err := h.cats.SyncCatalogs(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
 		return

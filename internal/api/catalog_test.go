@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -20,7 +19,7 @@ func TestCatalogAPI(t *testing.T) {
 
 	code, pc, body := e.bearer("GET", "/v1/jobs?channel=prod", adminToken, "")
 	require.Equal(t, 200, code, pc)
-	var jobs control.JobsView
+	var jobs protocol.JobsView
 	require.NoError(t, json.Unmarshal(body, &jobs))
 	require.Equal(t, "prod", jobs.Channel)
 	require.Len(t, jobs.Commit, 40)
@@ -32,7 +31,7 @@ func TestCatalogAPI(t *testing.T) {
 
 	code, pc, body = e.bearer("GET", "/v1/jobs/echo?channel=prod", adminToken, "")
 	require.Equal(t, 200, code, pc)
-	var job control.JobView
+	var job protocol.JobView
 	require.NoError(t, json.Unmarshal(body, &job))
 	require.Equal(t, "echo", job.Name)
 	require.Equal(t, "Print a message", job.Description)
@@ -54,7 +53,7 @@ func TestCatalogAPI(t *testing.T) {
 	require.NoError(t, err)
 	code, pc, body = e.bearer("POST", "/v1/catalogs/sync", adminToken, "")
 	require.Equal(t, 200, code, pc)
-	var cats control.CatalogsView
+	var cats protocol.CatalogsView
 	require.NoError(t, json.Unmarshal(body, &cats))
 	require.Len(t, cats.Channels, 1)
 	ch := cats.Channels[0]

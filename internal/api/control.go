@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -135,6 +137,10 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request, actor princip
 		writeError(w, h.log, err)
 		return
 	}
+	if st := q.Get("state"); st != "" && !slices.Contains(store.RunStates, store.RunState(st)) {
+		writeError(w, h.log, &protocol.FieldError{Field: "state", Err: fmt.Errorf("state %q is not a run state; one of %v: %w", st, store.RunStates, protocol.ErrBadRequest)})
+		return
+	}
 	runs, next, err := h.svc.ListRuns(r.Context(), actor, store.RunListParams{Job: q.Get("job"), State: q.Get("state"), Channel: q.Get("channel"), Actor: q.Get("actor"), Before: q.Get("cursor"), Limit: int(limit)})
 	if err != nil {
 		writeError(w, h.log, err)
@@ -243,7 +249,7 @@ func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, actor princ
 			after = l.ID
 		}
 		if run.State.Terminal() && len(lines) == 0 {
-			b, _ := json.Marshal(map[string]string{"run_state": string(run.State)})
+			b, _ := json.Marshal(protocol.LogEnd{RunState: string(run.State)})
 			fmt.Fprintf(w, "event: end\ndata: %s\n\n", b)
 			if flusher != nil {
 				flusher.Flush()
@@ -261,6 +267,11 @@ func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, actor princ
 		case <-ctx.Done():
 			tick.Stop()
 			return
+		case <-h.svc.Draining():
+			// The server is stopping: the client resumes the stream
+			// (Last-Event-ID) on another replica or after the restart.
+			tick.Stop()
+			return
 		case <-wake:
 		case <-tick.C:
 		case <-keepalive.C:
@@ -276,7 +287,7 @@ func (h *Handler) createPrincipal(w http.ResponseWriter, r *http.Request, actor 
 		writeError(w, h.log, err)
 		return
 	}
-	p, err := h.svc.CreatePrincipal(r.Context(), actor, &req)
+	p, err := h.admin.CreatePrincipal(r.Context(), actor, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -290,7 +301,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, actor prin
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.CreateToken(r.Context(), actor, r.PathValue("name"), req.TTLSeconds)
+	resp, err := h.admin.CreateToken(r.Context(), actor, r.PathValue("name"), req.TTLSeconds)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -299,7 +310,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, actor prin
 }
 
 func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	if err := h.svc.RevokeToken(r.Context(), actor, r.PathValue("id")); err != nil {
+	if err := h.admin.RevokeToken(r.Context(), actor, r.PathValue("id")); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
@@ -312,7 +323,7 @@ func (h *Handler) createRegToken(w http.ResponseWriter, r *http.Request, actor p
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.CreateRegistrationToken(r.Context(), actor, &req)
+	resp, err := h.admin.CreateRegistrationToken(r.Context(), actor, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -320,17 +331,18 @@ func (h *Handler) createRegToken(w http.ResponseWriter, r *http.Request, actor p
 	writeJSON(w, http.StatusCreated, resp)
 }
 
-func runnerJSON(v control.RunnerView) protocol.Runner {
+func runnerJSON(v admin.RunnerView) protocol.Runner {
 	rn := v.Runner
 	return protocol.Runner{
 		ID: rn.ID, Tenant: rn.Tenant, Pool: rn.Pool, Name: rn.Name, Labels: rn.Labels, Status: rn.Status,
 		SelfHosted: rn.SelfHosted, KeyFingerprint: rn.KeyFingerprint, LastSeenAt: utc(rn.LastSeenAt),
-		CreatedAt: rn.CreatedAt.UTC(), Attempts: v.Attempts,
+		CreatedAt: rn.CreatedAt.UTC(), Attempts: v.Attempts, Executor: rn.Executor,
+		Capabilities: protocol.Capabilities{Images: rn.Capabilities.Has(store.CapImages), Isolated: rn.Capabilities.Has(store.CapIsolated)},
 	}
 }
 
 func (h *Handler) listRunners(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	rs, err := h.svc.ListRunners(r.Context(), actor)
+	rs, err := h.admin.ListRunners(r.Context(), actor)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -349,6 +361,6 @@ func (h *Handler) setRunnerStatus(status string) func(http.ResponseWriter, *http
 			writeError(w, h.log, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, runnerJSON(control.RunnerView{Runner: rn, Attempts: []string{}}))
+		writeJSON(w, http.StatusOK, runnerJSON(admin.RunnerView{Runner: rn, Attempts: []string{}}))
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strconv"
 
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -60,6 +60,11 @@ func installationID(r *http.Request) (int64, error) {
 // createInstallationPrincipal answers POST
 // /v1/github/installations/{id}/principals (operator admins).
 func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
+	gh, err := h.githubApp()
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -70,7 +75,7 @@ func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Req
 		writeError(w, h.log, err)
 		return
 	}
-	p, err := h.svc.CreateInstallationPrincipal(r.Context(), actor, inst, &req)
+	p, err := gh.CreateInstallationPrincipal(r.Context(), actor, inst, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -81,6 +86,11 @@ func (h *Handler) createInstallationPrincipal(w http.ResponseWriter, r *http.Req
 // createInstallationToken answers POST
 // /v1/github/installations/{id}/principals/{name}/tokens (operator admins).
 func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
+	gh, err := h.githubApp()
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
@@ -91,7 +101,7 @@ func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.CreateInstallationToken(r.Context(), actor, inst, r.PathValue("name"), req.TTLSeconds)
+	resp, err := gh.CreateInstallationToken(r.Context(), actor, inst, r.PathValue("name"), req.TTLSeconds)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -102,12 +112,17 @@ func (h *Handler) createInstallationToken(w http.ResponseWriter, r *http.Request
 // revokeInstallationToken answers DELETE
 // /v1/github/installations/{id}/tokens/{token} (operator admins).
 func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
+	gh, err := h.githubApp()
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
 	inst, err := installationID(r)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	if err := h.svc.RevokeInstallationToken(r.Context(), actor, inst, r.PathValue("token")); err != nil {
+	if err := gh.RevokeInstallationToken(r.Context(), actor, inst, r.PathValue("token")); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
@@ -117,6 +132,11 @@ func (h *Handler) revokeInstallationToken(w http.ResponseWriter, r *http.Request
 // createInstallationRegToken answers POST
 // /v1/github/installations/{id}/registration-tokens (operator admins).
 func (h *Handler) createInstallationRegToken(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
+	gh, err := h.githubApp()
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
 	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || inst <= 0 {
 		writeError(w, h.log, fmt.Errorf("installation ID must be a positive integer: %w", protocol.ErrBadRequest))
@@ -127,7 +147,7 @@ func (h *Handler) createInstallationRegToken(w http.ResponseWriter, r *http.Requ
 		writeError(w, h.log, err)
 		return
 	}
-	resp, err := h.svc.CreateInstallationRegistrationToken(r.Context(), actor, inst, &req)
+	resp, err := gh.CreateInstallationRegistrationToken(r.Context(), actor, inst, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -148,7 +168,7 @@ func (h *Handler) githubWebhook(cfg *GitHubWebhook) http.HandlerFunc {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, cfg.MaxBody+1))
 		if err != nil {
-			writeError(w, h.log, fmt.Errorf("read body: %w", protocol.ErrBadRequest))
+			writeError(w, h.log, protocol.BodyError(err))
 			return
 		}
 		if int64(len(body)) > cfg.MaxBody {
@@ -163,12 +183,17 @@ func (h *Handler) githubWebhook(cfg *GitHubWebhook) http.HandlerFunc {
 			writeError(w, h.log, fmt.Errorf("X-Hub-Signature-256 does not match the body: %w", protocol.ErrWebhookSignatureInvalid))
 			return
 		}
-		d := control.GitHubDelivery{ID: r.Header.Get("X-GitHub-Delivery"), Event: r.Header.Get("X-GitHub-Event"), Body: body}
+		gh, err := h.githubApp()
+		if err != nil {
+			writeError(w, h.log, err)
+			return
+		}
+		d := githubapp.Delivery{ID: r.Header.Get("X-GitHub-Delivery"), Event: r.Header.Get("X-GitHub-Event"), Body: body}
 		if !validDeliveryHeader(d.ID) || !validDeliveryHeader(d.Event) {
 			writeError(w, h.log, fmt.Errorf("X-GitHub-Delivery and X-GitHub-Event are required: %w", protocol.ErrWebhookDeliveryInvalid))
 			return
 		}
-		outcome, err := h.svc.HandleGitHubDelivery(r.Context(), d)
+		outcome, err := gh.HandleDelivery(r.Context(), d)
 		if err != nil {
 			writeError(w, h.log, err)
 			return
@@ -191,4 +216,12 @@ func validDeliveryHeader(s string) bool {
 		}
 	}
 	return true
+}
+
+// githubApp is the GitHub App service, refusing when none is wired.
+func (h *Handler) githubApp() (*githubapp.Service, error) {
+	if h.gh == nil {
+		return nil, fmt.Errorf("this server serves no GitHub App: %w", protocol.ErrNotFound)
+	}
+	return h.gh, nil
 }

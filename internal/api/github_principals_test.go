@@ -12,9 +12,9 @@ import (
 
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/authn"
-	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -62,7 +62,7 @@ func TestInstallationPrincipals(t *testing.T) {
 		gh.AddInstallation(2, "globex", github.Permissions{"metadata": "read"})
 		gh.AddInstallation(3, "initech", github.Permissions{"metadata": "read"})
 		deliver := func(d fakegithub.Delivery) {
-			_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+			_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 			require.NoError(t, err)
 		}
 		for _, inst := range []int64{1, 2, 3} {
@@ -187,7 +187,7 @@ func TestCatalogAPIPerTenant(t *testing.T) {
 		gh := fakegithub.New(t, fakegithub.Options{AppID: 1, PublicKey: &fakegithub.Key(t, 0).PublicKey, Clock: e.clock})
 		gh.AddInstallation(1, "acme", github.Permissions{"metadata": "read"})
 		d := fakegithub.NewDelivery("installation", gh.InstallationPayload("created", 1))
-		_, err := e.svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+		_, err := e.gh.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 		require.NoError(t, err)
 		_, err = e.admin.CreateInstallationPrincipal(ctx, 1, protocol.PrincipalRequest{Name: "alice"})
 		require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestCatalogAPIPerTenant(t *testing.T) {
 
 		status, _, body = get(t, e, tok.Token, "/v1/catalogs")
 		require.Equal(t, http.StatusOK, status, string(body))
-		var cats control.CatalogsView
+		var cats protocol.CatalogsView
 		require.NoError(t, json.Unmarshal(body, &cats))
 		require.Len(t, cats.Channels, 1)
 		require.Equal(t, "prod", cats.Channels[0].Channel)

@@ -12,12 +12,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/api"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -33,9 +36,10 @@ func TestInstallationRegistrationTokens(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
-		svc, err := control.New(control.Config{Store: st, Clock: fc})
-		require.NoError(t, err)
-		srv := httptest.NewServer(openapitest.Handler(t, api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc},
+		svc, app := wire(t, control.Config{Store: st, Clock: fc})
+		adm := admin.New(st, fc)
+		adm.OnRunnersChanged(svc.RunnersChanged)
+		srv := httptest.NewServer(openapitest.Handler(t, api.New(api.Config{Control: svc, Admin: adm, Audit: audit.NewLog(st), GitHubApp: app, Auth: &authn.Authenticator{Store: st, Clock: fc},
 			GitHub: &api.GitHubWebhook{Secrets: github.WebhookSecrets{Current: []byte(ghSecret)}, Clock: fc}})))
 		t.Cleanup(srv.Close)
 		key := fakegithub.Key(t, 0)
@@ -44,11 +48,11 @@ func TestInstallationRegistrationTokens(t *testing.T) {
 		gh.AddInstallation(2, "globex", github.Permissions{"metadata": "read"})
 		for _, inst := range []int64{1, 2} {
 			d := fakegithub.NewDelivery("installation", gh.InstallationPayload("created", inst))
-			_, err := svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+			_, err := app.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 			require.NoError(t, err)
 		}
 		operator := "jpt_operator_" + strings.Repeat("x", 16)
-		require.NoError(t, svc.EnsureAdmin(ctx, operator))
+		require.NoError(t, adm.EnsureAdmin(ctx, operator))
 		// An admin of an installation's tenant is not the operator.
 		in1, err := st.GitHubInstallationGet(ctx, 1)
 		require.NoError(t, err)
@@ -92,14 +96,14 @@ func TestInstallationRegistrationTokens(t *testing.T) {
 
 		status, _, tok := post(operator, "1")
 		require.Equal(t, http.StatusCreated, status)
-		rn, err := svc.Register(ctx, tok.Token, &protocol.RegisterRequest{PublicKey: protocol.EncodeKey(make([]byte, 32)), Name: "acme-ci"})
+		rn, err := adm.Register(ctx, tok.Token, &protocol.RegisterRequest{PublicKey: protocol.EncodeKey(make([]byte, 32)), Name: "acme-ci"})
 		require.NoError(t, err)
 		require.Equal(t, in1.Tenant, rn.Tenant)
 		require.True(t, rn.SelfHosted)
 		require.Equal(t, []string{"acme/api"}, rn.AllowedRepos)
 
 		d := fakegithub.NewDelivery("installation", gh.InstallationPayload("suspend", 2))
-		_, err = svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+		_, err = app.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 		require.NoError(t, err)
 		status, code, _ = post(operator, "2")
 		require.Equal(t, http.StatusForbidden, status)

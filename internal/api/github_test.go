@@ -21,6 +21,7 @@ import (
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -48,10 +49,9 @@ func newGHEnv(t *testing.T, st store.Store) *ghEnv {
 func newGHEnvMax(t *testing.T, st store.Store, maxBody int64) *ghEnv {
 	t.Helper()
 	fc := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
-	svc, err := control.New(control.Config{Store: st, Clock: fc})
-	require.NoError(t, err)
+	svc, app := wire(t, control.Config{Store: st, Clock: fc})
 	until := fc.Now().Add(time.Hour)
-	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: fc}, GitHub: &api.GitHubWebhook{
+	h := api.New(api.Config{Control: svc, GitHubApp: app, Auth: &authn.Authenticator{Store: st, Clock: fc}, GitHub: &api.GitHubWebhook{
 		Secrets: github.WebhookSecrets{Current: []byte(ghSecret), Previous: []byte(ghOldSecret), PreviousUntil: until},
 		Clock:   fc, MaxBody: maxBody,
 	}})
@@ -192,7 +192,7 @@ func TestGitHubWebhookRefusals(t *testing.T) {
 		} {
 			status, out := e.send(t, u)
 			require.Equal(t, http.StatusOK, status, u.Event)
-			require.Equal(t, string(control.GitHubIgnored), out.Outcome, u.Event)
+			require.Equal(t, string(githubapp.Ignored), out.Outcome, u.Event)
 			guids = append(guids, u.GUID)
 		}
 		e.nothingWritten(t, guids...)
@@ -290,15 +290,15 @@ func TestGitHubInstallationLifecycle(t *testing.T) {
 			require.NoError(t, err)
 			return in.Status
 		}
-		deliver := func(d fakegithub.Delivery, want control.GitHubOutcome) {
+		deliver := func(d fakegithub.Delivery, want githubapp.Outcome) {
 			t.Helper()
 			code, out := e.send(t, d)
 			require.Equal(t, http.StatusOK, code)
 			require.Equal(t, string(want), out.Outcome)
 		}
 
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 1)), control.GitHubProcessed)
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 2)), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 1)), githubapp.Processed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 2)), githubapp.Processed)
 		a, err := st.GitHubInstallationGet(ctx, 1)
 		require.NoError(t, err)
 		b, err := st.GitHubInstallationGet(ctx, 2)
@@ -312,21 +312,21 @@ func TestGitHubInstallationLifecycle(t *testing.T) {
 		require.Equal(t, []string{"globex/svc"}, repoNamesOf(t, st, 2))
 
 		e.gh.AddRepo(1, "docs", "")
-		deliver(fakegithub.NewDelivery("installation_repositories", e.gh.InstallationRepositoriesPayload(1, []string{"docs"}, nil)), control.GitHubProcessed)
-		deliver(fakegithub.NewDelivery("installation_repositories", e.gh.InstallationRepositoriesPayload(1, nil, []string{"api"})), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation_repositories", e.gh.InstallationRepositoriesPayload(1, []string{"docs"}, nil)), githubapp.Processed)
+		deliver(fakegithub.NewDelivery("installation_repositories", e.gh.InstallationRepositoriesPayload(1, nil, []string{"api"})), githubapp.Processed)
 		require.Equal(t, []string{"acme/docs", "acme/web"}, repoNamesOf(t, st, 1))
 		require.Equal(t, []string{"globex/svc"}, repoNamesOf(t, st, 2), "installation 2 untouched")
 
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("suspend", 1)), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("suspend", 1)), githubapp.Processed)
 		require.Equal(t, store.GitHubInstallationSuspended, status(1))
 		require.Equal(t, store.GitHubInstallationActive, status(2))
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("unsuspend", 1)), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("unsuspend", 1)), githubapp.Processed)
 		require.Equal(t, store.GitHubInstallationActive, status(1))
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("deleted", 1)), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("deleted", 1)), githubapp.Processed)
 		require.Equal(t, store.GitHubInstallationDeleted, status(1))
 		require.Empty(t, repoNamesOf(t, st, 1))
 		// A late copy of "created" does not revive a deleted installation.
-		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 1)), control.GitHubProcessed)
+		deliver(fakegithub.NewDelivery("installation", e.gh.InstallationPayload("created", 1)), githubapp.Processed)
 		require.Equal(t, store.GitHubInstallationDeleted, status(1))
 		require.Empty(t, repoNamesOf(t, st, 1))
 
@@ -335,7 +335,7 @@ func TestGitHubInstallationLifecycle(t *testing.T) {
 		require.NoError(t, err)
 		var actions []string
 		for _, ev := range events {
-			require.Equal(t, control.GitHubActor, ev.Actor)
+			require.Equal(t, githubapp.Actor, ev.Actor)
 			require.Equal(t, "github-installation:1", ev.Subject)
 			actions = append(actions, ev.Action)
 		}
@@ -356,7 +356,7 @@ func TestGitHubFirstEventNotCreated(t *testing.T) {
 	e := newGHEnv(t, st)
 	code, out := e.send(t, fakegithub.NewDelivery("installation", e.gh.InstallationPayload("suspend", 2)))
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, string(control.GitHubProcessed), out.Outcome)
+	require.Equal(t, string(githubapp.Processed), out.Outcome)
 	in, err := st.GitHubInstallationGet(context.Background(), 2)
 	require.NoError(t, err)
 	require.Equal(t, store.GitHubInstallationSuspended, in.Status)
@@ -388,11 +388,11 @@ func TestGitHubDeliveryExactlyOnce(t *testing.T) {
 			// GitHub redelivers: now it is processed...
 			code, out := e.send(t, d)
 			require.Equal(t, http.StatusOK, code)
-			require.Equal(t, string(control.GitHubProcessed), out.Outcome)
+			require.Equal(t, string(githubapp.Processed), out.Outcome)
 			// ...and a replay of the processed delivery is a no-op.
 			code, out = e.send(t, d)
 			require.Equal(t, http.StatusOK, code)
-			require.Equal(t, string(control.GitHubDuplicate), out.Outcome)
+			require.Equal(t, string(githubapp.Duplicate), out.Outcome)
 			require.Equal(t, 1, auditCount(t, st, inst))
 			_, err := st.GitHubDeliveryGet(ctx, d.GUID)
 			require.NoError(t, err)

@@ -15,16 +15,26 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/actionsoidc"
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/api"
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/catalogs"
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/connector/broker"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/creds"
+	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
+	"github.com/jobplane/jobplane/internal/githubapp/actions"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/retention"
+	"github.com/jobplane/jobplane/internal/runcreds"
+	"github.com/jobplane/jobplane/internal/schedule"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
@@ -87,9 +97,17 @@ type testEnv struct {
 	store store.Store
 	clock *clock.Fake
 	svc   *control.Service
-	srv   *httptest.Server
-	admin *apiclient.Client
-	repo  string
+	// creds is the run-credentials service; tokens signs run tokens.
+	creds  *runcreds.Service
+	tokens *runcreds.Keys
+	gh     *githubapp.Service
+	sched  *schedule.Service
+	act    *actions.Service
+	srv    *httptest.Server
+	admin  *apiclient.Client
+	repo   string
+	// oidc is the fake GitHub whose Actions OIDC issuer the server trusts.
+	oidc *fakegithub.Fake
 }
 
 func newEnv(t *testing.T, st store.Store) *testEnv {
@@ -112,16 +130,30 @@ func newEnvFiles(t *testing.T, st store.Store, files map[string]string) *testEnv
 	// row-level security (MT3): a path that forgot its scope fails here.
 	// Fixtures keep using st (the superuser on PostgreSQL).
 	app := testdb.AppView(t, st)
-	tokens, err := control.NewCredentials(context.Background(), app, box, fc, testIssuer)
+	tokens, err := runcreds.NewKeys(context.Background(), app, box, fc, testIssuer)
 	require.NoError(t, err)
-	svc, err := control.New(control.Config{Store: app, Clock: fc, Definitions: defs, Credentials: tokens,
-		Broker: connector.NewBroker(app, box), Artifacts: testArtifacts(t, repo)})
+	arts := testArtifacts(t, repo)
+	fake := fakegithub.New(t, fakegithub.Options{AppID: 1, PublicKey: &fakegithub.Key(t, 0).PublicKey, Clock: fc})
+	verifier, err := actionsoidc.New(actionsoidc.Config{Issuer: fake.OIDCIssuer(), Clock: fc})
 	require.NoError(t, err)
-	require.NoError(t, svc.EnsureAdmin(context.Background(), adminToken))
-	h := api.New(api.Config{Control: svc, Auth: &authn.Authenticator{Store: app, Clock: fc}, Ready: app.Ping, PublicURL: testIssuer})
+	svc, gh, act := wireActions(t, control.Config{Store: app, Clock: fc, Definitions: defs, Credentials: tokens,
+		Sources: arts.heads()}, actions.Config{Verifier: verifier})
+	artSvc, srcSvc := arts.services(app, fc, svc, gh)
+	sched := schedule.New(schedule.Config{Store: app, Clock: fc, Runs: svc, Definitions: defs, Tenants: gh})
+	cats, err := catalogs.New(catalogs.Config{Store: app, Clock: fc, Definitions: defs, Tenants: gh, Runs: svc})
+	require.NoError(t, err)
+	adm := admin.New(app, fc)
+	adm.OnRunnersChanged(svc.RunnersChanged)
+	require.NoError(t, adm.EnsureAdmin(context.Background(), adminToken))
+	// The retention sweep keeps logs a day and artifacts two by default.
+	sweeper := retention.New(retention.Config{Store: app, Objects: arts.Storage, Clock: fc,
+		DefaultLogs: 24 * time.Hour, DefaultArtifacts: 48 * time.Hour})
+	rc := runcreds.New(runcreds.Config{Store: app, Clock: fc, Keys: tokens, Box: box, Broker: broker.NewBroker(app, box)})
+	h := api.New(api.Config{Control: svc, Admin: adm, Audit: audit.NewLog(app), Creds: rc, GitHubApp: gh, Actions: act, Catalogs: cats, Auth: &authn.Authenticator{Store: app, Clock: fc}, Ready: app.Ping, PublicURL: testIssuer,
+		Retention: sweeper, Artifacts: artSvc, Sources: srcSvc, Schedules: sched})
 	srv := httptest.NewServer(openapitest.Handler(t, h))
 	t.Cleanup(srv.Close)
-	return &testEnv{t: t, store: st, clock: fc, svc: svc, srv: srv, repo: repo,
+	return &testEnv{t: t, store: st, clock: fc, svc: svc, sched: sched, creds: rc, tokens: tokens, gh: gh, act: act, oidc: fake, srv: srv, repo: repo,
 		admin: &apiclient.Client{BaseURL: srv.URL, Token: adminToken, HTTP: srv.Client()}}
 }
 

@@ -27,7 +27,7 @@ func (c offsetClock) NowOrNil() *time.Time {
 	return &t
 }
 
-// TestL5_RunnerClockOffset (RELIABILITY.md L5, server side): a runner whose
+// TestL5_RunnerClockOffset (acceptance case L5, server side): a runner whose
 // clock is 10 minutes off either way is first refused for timestamp skew
 // with the server's time in the answer, corrects its signatures and works;
 // the lease it holds is decided by the server's clock alone: its expiry is

@@ -9,16 +9,16 @@ import (
 )
 
 func (h *Handler) listLeases(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	holders, err := h.svc.ListLeases(r.Context(), actor, r.URL.Query().Get("prefix"))
+	holders, err := h.lease.List(r.Context(), actor, r.URL.Query().Get("prefix"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"leases": holders})
+	writeJSON(w, http.StatusOK, protocol.LeaseList{Leases: holders})
 }
 
 func (h *Handler) showLease(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	v, err := h.svc.ShowLease(r.Context(), actor, r.PathValue("key"))
+	v, err := h.lease.Show(r.Context(), actor, r.PathValue("key"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -27,14 +27,12 @@ func (h *Handler) showLease(w http.ResponseWriter, r *http.Request, actor princi
 }
 
 func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	var req struct {
-		Reason string `json:"reason"`
-	}
+	var req protocol.LeaseReleaseRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	v, err := h.svc.ReleaseLease(r.Context(), actor, r.PathValue("key"), req.Reason)
+	v, err := h.lease.ForceRelease(r.Context(), actor, r.PathValue("key"), req.Reason)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -47,7 +45,7 @@ func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, actor pri
 func (h *Handler) verifyLease(w http.ResponseWriter, r *http.Request) {
 	var tenant string
 	if tok, ok := authn.BearerToken(r); ok && looksLikeJWS(tok) {
-		c, err := h.svc.VerifyRunToken(r.Context(), tok)
+		c, err := h.creds.VerifyRunToken(r.Context(), tok)
 		if err != nil {
 			writeError(w, h.log, err)
 			return
@@ -61,10 +59,7 @@ func (h *Handler) verifyLease(w http.ResponseWriter, r *http.Request) {
 		}
 		tenant = p.Tenant
 	}
-	var req struct {
-		Key          string `json:"key"`
-		FencingToken int64  `json:"fencing_token"`
-	}
+	var req protocol.LeaseVerifyRequest
 	if err := readJSON(r, &req); err != nil {
 		writeError(w, h.log, err)
 		return
@@ -73,10 +68,10 @@ func (h *Handler) verifyLease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.log, &protocol.FieldError{Field: "key", Err: protocol.ErrBadRequest})
 		return
 	}
-	current, runID, err := h.svc.VerifyLease(r.Context(), tenant, req.Key, req.FencingToken)
+	current, runID, err := h.lease.Verify(r.Context(), tenant, req.Key, req.FencingToken)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"current": current, "run_id": runID})
+	writeJSON(w, http.StatusOK, protocol.LeaseVerification{Current: current, RunID: runID})
 }

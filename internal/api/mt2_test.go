@@ -95,7 +95,7 @@ func newMT2TenantB(t *testing.T, e *testEnv) *mt2Tenant {
 	return b
 }
 
-// TestMT2CrossTenantIDsAreUnknown is RELIABILITY.md MT2, as a router sweep:
+// TestMT2CrossTenantIDsAreUnknown is acceptance case MT2, as a router sweep:
 // every signed route that takes a run, attempt, lease or artifact
 // identifier gets tenant B's live identifiers, signed by tenant A's runner,
 // and well-formed identifiers that exist nowhere. The answers are the same
@@ -227,7 +227,7 @@ func TestMT2CrossTenantIDsAreUnknown(t *testing.T) {
 			for _, v := range variants {
 				rs, rc, rb := send(route, body, v.real)
 				fs, fc, fb := send(route, body, v.fake)
-				// PROTOCOL.md: an attempt that is not this runner's current
+				// the protocol: an attempt that is not this runner's current
 				// lease is 409 attempt_stale; MT2's "as if unknown" holds
 				// because an unknown attempt gets exactly that answer.
 				require.Equal(t, http.StatusConflict, fs, "%s %s: %s", route, v.name, fb)

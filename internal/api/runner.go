@@ -18,7 +18,7 @@ func (h *Handler) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.log, err)
 		return
 	}
-	rn, err := h.svc.Register(r.Context(), tok, &req)
+	rn, err := h.admin.Register(r.Context(), tok, &req)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -154,9 +154,30 @@ func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, call *authn.
 		writeError(w, h.log, err)
 		return
 	}
-	if err := h.svc.RotateKey(r.Context(), call, &req); err != nil {
+	if err := h.admin.RotateKey(r.Context(), call, &req); err != nil {
 		writeError(w, h.log, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "rotated"})
+}
+
+// actionsExchange trades a GitHub Actions workflow's OIDC token (Bearer)
+// for the attempt it was dispatched for (docs/github.md).
+func (h *Handler) actionsExchange(w http.ResponseWriter, r *http.Request) {
+	tok, ok := authn.BearerToken(r)
+	if !ok {
+		writeError(w, h.log, protocol.ErrOIDCTokenInvalid)
+		return
+	}
+	var req protocol.ActionsExchangeRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	resp, err := h.act.Exchange(r.Context(), tok, &req)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

@@ -30,7 +30,7 @@ connectors: {billing: write}
 `,
 }
 
-// TestRunTokenScope covers RELIABILITY.md T6: a token never carries more
+// TestRunTokenScope covers acceptance case T6: a token never carries more
 // than the run was granted, and a narrower token of the same attempt gets
 // the narrower credentials — the connector level is the intersection of the
 // run's grants and the token's.
@@ -60,7 +60,7 @@ func TestRunTokenScope(t *testing.T) {
 	require.NoError(t, err)
 	att, err := e.store.AttemptGetByID(e.ctx(), asg.AttemptID, false)
 	require.NoError(t, err)
-	narrow, err := e.svc.Tokens().Mint(run, att, map[string]string{"billing": "read"})
+	narrow, err := e.tokens.Mint(run, att, map[string]string{"billing": "read"})
 	require.NoError(t, err)
 	got := fetch(narrow.Token)
 	require.Equal(t, "read-value-123", got.Env["JOBPLANE_CONNECTOR_BILLING_TOKEN"], "the narrower token gets read access only")

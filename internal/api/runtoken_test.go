@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -73,7 +72,7 @@ func verifyIndependently(t *testing.T, jwks []byte, token string) map[string]any
 	return nil
 }
 
-// TestRunTokens covers RELIABILITY.md T1–T6 through the HTTP API.
+// TestRunTokens covers acceptance cases T1–T6 through the HTTP API.
 func TestRunTokens(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
@@ -165,7 +164,7 @@ func TestRunTokens(t *testing.T) {
 		t.Run("key rotation keeps old tokens verifiable", func(t *testing.T) {
 			admin := adminActor(t, st)
 			// As api.user would: the request's scope is the actor's tenant.
-			_, err := e.svc.RotateSigningKeys(store.WithTenant(e.ctx(), admin.TenantID), admin)
+			_, err := e.creds.RotateSigningKeys(store.WithTenant(e.ctx(), admin.TenantID), admin)
 			require.NoError(t, err)
 			code, _, jwks := e.bearer("GET", "/.well-known/jwks.json", "", "")
 			require.Equal(t, 200, code)
@@ -180,7 +179,7 @@ func TestRunTokens(t *testing.T) {
 
 func tenantOf(t *testing.T, st store.Store) string {
 	t.Helper()
-	tn, err := st.TenantEnsure(t.Context(), control.DefaultTenant, nil)
+	tn, err := st.TenantEnsure(t.Context(), principal.DefaultTenant, nil)
 	require.NoError(t, err)
 	return tn.ID
 }

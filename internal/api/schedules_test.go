@@ -48,7 +48,7 @@ schedule: {cron: "30 2 * * *", tz: Europe/Paris, channel: prod, catch_up: none}
 		require.Equal(t, time.Date(2026, 11, 2, 1, 30, 0, 0, time.UTC).Format(time.RFC3339), s["next_fire_at"])
 
 		// After a pass the stored state is shown.
-		_, err := e.svc.FireSchedules(e.ctx())
+		_, err := e.sched.Fire(e.ctx())
 		require.NoError(t, err)
 		require.Equal(t, s["next_fire_at"], get()["schedules"][0]["next_fire_at"])
 

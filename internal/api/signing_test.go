@@ -12,13 +12,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
-// TestSignedRequests covers RELIABILITY.md S1–S6 and S8 and every runner
-// error code of PROTOCOL.md with real signed HTTP requests.
+// TestSignedRequests covers acceptance cases S1–S6 and S8 and every runner
+// error code of the protocol with real signed HTTP requests.
 func TestSignedRequests(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, st store.Store) {
@@ -138,7 +139,7 @@ func TestSignedRequests(t *testing.T) {
 			code, _ := e.send(e.signedRequest(r))
 			require.Equal(t, 200, code)
 			e.clock.Advance(59 * time.Second)
-			_, err := e.svc.PurgeNonces(e.ctx())
+			_, err := authn.PurgeNonces(e.ctx(), e.store, e.clock)
 			require.NoError(t, err)
 			code, pc := e.send(e.signedRequest(r))
 			require.Equal(t, 401, code)

@@ -1,17 +1,19 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/runcreds"
 )
 
 func (h *Handler) jwks(w http.ResponseWriter, r *http.Request) {
-	c := h.svc.Tokens()
+	c := h.creds.Keys()
 	if c == nil {
 		writeError(w, h.log, protocol.ErrNotFound)
 		return
@@ -27,7 +29,7 @@ func (h *Handler) jwks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) discovery(w http.ResponseWriter, r *http.Request) {
-	if h.svc.Tokens() == nil {
+	if h.creds.Keys() == nil {
 		writeError(w, h.log, protocol.ErrNotFound)
 		return
 	}
@@ -41,24 +43,42 @@ func (h *Handler) discovery(w http.ResponseWriter, r *http.Request) {
 }
 
 // runIdentity tells a job who it is, as the control plane sees it.
-func (h *Handler) runIdentity(w http.ResponseWriter, r *http.Request, c *control.RunCaller) {
+func (h *Handler) runIdentity(w http.ResponseWriter, r *http.Request, c *runcreds.RunCaller) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"run_id": c.Run.ID, "attempt_id": c.Attempt.ID, "job": c.Run.Job, "channel": c.Run.Channel,
 		"commit": c.Run.Commit, "grants": c.Claims.Grants, "expires_at": c.Claims.Expiry.UTC(),
 	})
 }
 
-func (h *Handler) rotateSigningKeys(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
-	kid, err := h.svc.RotateSigningKeys(r.Context(), actor)
+// runLease tells a job's supervisor its attempt's current lease. It
+// authenticates the run token itself: an ended attempt is 410, not the 401
+// of h.job.
+func (h *Handler) runLease(w http.ResponseWriter, r *http.Request) {
+	tok, ok := authn.BearerToken(r)
+	if !ok || !looksLikeJWS(tok) {
+		writeError(w, h.log, fmt.Errorf("a run token is required: %w", protocol.ErrUnauthorized))
+		return
+	}
+	out, err := h.creds.RunLease(r.Context(), tok, r.URL.Query().Get("attempt"))
 	if err != nil {
 		writeError(w, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"kid": kid})
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) runConnectors(w http.ResponseWriter, r *http.Request, c *control.RunCaller) {
-	out, err := h.svc.IssueConnectors(r.Context(), c)
+func (h *Handler) rotateSigningKeys(w http.ResponseWriter, r *http.Request, actor principal.Actor) {
+	kid, err := h.creds.RotateSigningKeys(r.Context(), actor)
+	if err != nil {
+		writeError(w, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, protocol.SigningKeyRotation{KID: kid})
+}
+
+func (h *Handler) runConnectors(w http.ResponseWriter, r *http.Request, c *runcreds.RunCaller) {
+	out, err := h.creds.IssueConnectors(r.Context(), c)
 	if err != nil {
 		writeError(w, h.log, err)
 		return
@@ -75,7 +95,7 @@ func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, actor princi
 		writeError(w, h.log, err)
 		return
 	}
-	if err := h.svc.SetSecret(r.Context(), actor, r.PathValue("name"), r.URL.Query().Get("channel"), req.Value); err != nil {
+	if err := h.creds.SetSecret(r.Context(), actor, r.PathValue("name"), r.URL.Query().Get("channel"), req.Value); err != nil {
 		writeError(w, h.log, err)
 		return
 	}

@@ -24,7 +24,18 @@ func (c *RunnerClient) RequestUpload(ctx context.Context, ref AttemptRef, req pr
 // is sent as Content-Length. The capability is single use: a failed upload
 // needs a new one.
 func (c *RunnerClient) Upload(ctx context.Context, uploadURL string, body io.Reader, size int64) (*protocol.UploadResponse, error) {
-	u, err := resolve(c.BaseURL, uploadURL)
+	cur := c.Current()
+	return upload(ctx, cur.HTTP, cur.URL, uploadURL, body, size)
+}
+
+// UploadTo is Upload for a job that obtained the capability with its run
+// token (RunRequestUpload).
+func (c *Client) UploadTo(ctx context.Context, uploadURL string, body io.Reader, size int64) (*protocol.UploadResponse, error) {
+	return upload(ctx, c.HTTP, c.BaseURL, uploadURL, body, size)
+}
+
+func upload(ctx context.Context, hc *http.Client, base, uploadURL string, body io.Reader, size int64) (*protocol.UploadResponse, error) {
+	u, err := resolve(base, uploadURL)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +47,7 @@ func (c *RunnerClient) Upload(ctx context.Context, uploadURL string, body io.Rea
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	var out protocol.UploadResponse
-	if _, err := send(c.HTTP, req, &out); err != nil {
+	if _, err := send(hc, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -55,7 +66,18 @@ func (c *RunnerClient) Source(ctx context.Context, ref AttemptRef) (*protocol.So
 // DownloadSource redeems a source ticket URL and returns the gzipped tar
 // stream; the caller closes it.
 func (c *RunnerClient) DownloadSource(ctx context.Context, ticketURL string) (io.ReadCloser, error) {
-	u, err := resolve(c.BaseURL, ticketURL)
+	cur := c.Current()
+	return downloadSource(ctx, cur.HTTP, cur.URL, ticketURL)
+}
+
+// DownloadSourceFrom is DownloadSource for a job that obtained the ticket
+// with its run token (RunSource).
+func (c *Client) DownloadSourceFrom(ctx context.Context, ticketURL string) (io.ReadCloser, error) {
+	return downloadSource(ctx, c.HTTP, c.BaseURL, ticketURL)
+}
+
+func downloadSource(ctx context.Context, hc *http.Client, base, ticketURL string) (io.ReadCloser, error) {
+	u, err := resolve(base, ticketURL)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +85,28 @@ func (c *RunnerClient) DownloadSource(ctx context.Context, ticketURL string) (io
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	return openStream(c.HTTP, req)
+	return openStream(hc, req)
+}
+
+// RunSource asks, with the run token c.Token, for the source of the token's
+// attempt (POST /v1/run/source): the answer its runner would get.
+func (c *Client) RunSource(ctx context.Context) (*protocol.SourceAnswer, error) {
+	var out protocol.SourceAnswer
+	if err := c.do(ctx, http.MethodPost, nil, struct{}{}, &out, "v1", "run", "source"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RunRequestUpload asks, with the run token c.Token, for an upload
+// capability of a declared artifact of the token's attempt
+// (POST /v1/run/artifacts).
+func (c *Client) RunRequestUpload(ctx context.Context, req protocol.ArtifactRequest) (*protocol.ArtifactCapability, error) {
+	var out protocol.ArtifactCapability
+	if err := c.do(ctx, http.MethodPost, nil, req, &out, "v1", "run", "artifacts"); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ListArtifacts lists a run's stored artifacts (GET /v1/runs/{id}/artifacts).

@@ -273,6 +273,16 @@ func (c *Client) RunConnectors(ctx context.Context) (*protocol.RunConnectors, er
 	return &out, nil
 }
 
+// RunLease asks for the current lease of attempt, whose run token is
+// c.Token (GET /v1/run/lease).
+func (c *Client) RunLease(ctx context.Context, attempt string) (*protocol.RunLease, error) {
+	var out protocol.RunLease
+	if err := c.do(ctx, http.MethodGet, url.Values{"attempt": {attempt}}, nil, &out, "v1", "run", "lease"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // SetSecret stores a secret value (admin); channel "" applies to every channel.
 func (c *Client) SetSecret(ctx context.Context, name, channel, value string) error {
 	var q url.Values
@@ -284,13 +294,35 @@ func (c *Client) SetSecret(ctx context.Context, name, channel, value string) err
 
 // RotateSigningKeys makes a new run-token signing key (admin).
 func (c *Client) RotateSigningKeys(ctx context.Context) (string, error) {
-	var out struct {
-		KID string `json:"kid"`
-	}
+	var out protocol.SigningKeyRotation
 	if err := c.do(ctx, http.MethodPost, nil, nil, &out, "v1", "admin", "signing-keys", "rotate"); err != nil {
 		return "", err
 	}
 	return out.KID, nil
+}
+
+// PrunePlan lists what a retention sweep would delete now, of the
+// caller's tenant, earliest due first (admin; limit 0: the server's
+// default).
+func (c *Client) PrunePlan(ctx context.Context, limit int) (*protocol.PrunePlan, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out protocol.PrunePlan
+	if err := c.do(ctx, http.MethodGet, q, nil, &out, "v1", "admin", "prune"); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Prune runs a retention sweep now (admin).
+func (c *Client) Prune(ctx context.Context) (*protocol.PruneReport, error) {
+	var out protocol.PruneReport
+	if err := c.do(ctx, http.MethodPost, nil, nil, &out, "v1", "admin", "prune"); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // Audit reads audit events after a sequence number (admin).
@@ -331,7 +363,7 @@ func (c *Client) Lease(ctx context.Context, key string) (json.RawMessage, error)
 // ReleaseLease force-releases a key (admin); the reason is required.
 func (c *Client) ReleaseLease(ctx context.Context, key, reason string) (json.RawMessage, error) {
 	var out json.RawMessage
-	if err := c.do(ctx, http.MethodPost, nil, map[string]string{"reason": reason}, &out, "v1", "leases", key, "release"); err != nil {
+	if err := c.do(ctx, http.MethodPost, nil, protocol.LeaseReleaseRequest{Reason: reason}, &out, "v1", "leases", key, "release"); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -339,10 +371,7 @@ func (c *Client) ReleaseLease(ctx context.Context, key, reason string) (json.Raw
 
 // VerifyLease asks whether a fencing token is still its key's current holder's.
 func (c *Client) VerifyLease(ctx context.Context, key string, token int64) (bool, string, error) {
-	var out struct {
-		Current bool   `json:"current"`
-		RunID   string `json:"run_id"`
-	}
-	err := c.do(ctx, http.MethodPost, nil, map[string]any{"key": key, "fencing_token": token}, &out, "v1", "leases", "verify")
+	var out protocol.LeaseVerification
+	err := c.do(ctx, http.MethodPost, nil, protocol.LeaseVerifyRequest{Key: key, FencingToken: token}, &out, "v1", "leases", "verify")
 	return out.Current, out.RunID, err
 }

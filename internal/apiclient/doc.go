@@ -1,5 +1,5 @@
 // Package apiclient is the typed HTTP client of jobplane's published protocol
-// (design/PROTOCOL.md, version 1). The CLI and the worker talk to the server
+// (version 1 of the protocol, docs/protocol.md). The CLI and the worker talk to the server
 // only through it, so a third-party client or runner needs nothing that is not
 // in the protocol document.
 //

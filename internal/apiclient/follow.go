@@ -197,9 +197,7 @@ func dispatch(event, id, data string, deliver func(protocol.RunLogLine) error) (
 		}
 		return "", false, deliver(l)
 	case "end":
-		var end struct {
-			RunState string `json:"run_state"`
-		}
+		var end protocol.LogEnd
 		if err := json.Unmarshal([]byte(data), &end); err != nil {
 			return "", false, fmt.Errorf("decode end event: %w", err)
 		}

@@ -31,8 +31,14 @@ type AttemptRef struct {
 // Ed25519 key. It is safe for concurrent use; set the fields before the first
 // call and change the key only through RotateKey.
 type RunnerClient struct {
-	// BaseURL is the server's URL.
+	// BaseURL is the server's URL, when there is one server.
 	BaseURL string
+	// Servers, when set, replace BaseURL: the servers (replicas on one
+	// database) in order of preference, failed over as failover describes.
+	Servers []Server
+	// OnFailover, when set, hears of every server a call found down, the
+	// server it tries next and why.
+	OnFailover func(from, to string, err error)
 	// RunnerID is the ID the server returned at registration.
 	RunnerID string
 	// Key is the runner's current private key.
@@ -45,6 +51,7 @@ type RunnerClient struct {
 
 	mu     sync.Mutex   // guards Key after the first call
 	offset atomic.Int64 // server clock − Clock, learnt from timestamp_skew (ns)
+	fo     failover
 }
 
 func (c *RunnerClient) key() ed25519.PrivateKey {
@@ -91,19 +98,21 @@ func (c *RunnerClient) do(ctx context.Context, ref *AttemptRef, in, out any, seg
 // (the request was refused before it could have any effect). The worker's
 // own deadlines never use this correction: they are measured on its clock.
 func (c *RunnerClient) doWithKey(ctx context.Context, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
-	off, signed := c.offset.Load(), c.now().Unix()
-	status, err := c.doOnce(ctx, key, ref, in, out, segs...)
-	if err != nil && c.learnSkew(err, signed, off) {
-		return c.doOnce(ctx, key, ref, in, out, segs...)
-	}
-	return status, err
+	return c.onServers(ctx, func(ctx context.Context, s Server) (int, error) {
+		off, signed := c.offset.Load(), c.now().Unix()
+		status, err := c.doOnce(ctx, s, key, ref, in, out, segs...)
+		if err != nil && c.learnSkew(err, signed, off) {
+			return c.doOnce(ctx, s, key, ref, in, out, segs...)
+		}
+		return status, err
+	})
 }
 
-func (c *RunnerClient) doOnce(ctx context.Context, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
+func (c *RunnerClient) doOnce(ctx context.Context, s Server, key ed25519.PrivateKey, ref *AttemptRef, in, out any, segs ...string) (int, error) {
 	if c.RunnerID == "" || len(key) != ed25519.PrivateKeySize {
 		return 0, errors.New("runner client has no runner id or key")
 	}
-	u, err := endpoint(c.BaseURL, nil, segs...)
+	u, err := endpoint(s.URL, nil, segs...)
 	if err != nil {
 		return 0, err
 	}
@@ -146,31 +155,60 @@ func (c *RunnerClient) doOnce(ctx context.Context, key ed25519.PrivateKey, ref *
 		h.Set(protocol.HeaderLease, sr.Lease)
 	}
 	h.Set(protocol.HeaderSignature, sig)
-	return send(c.HTTP, req, out)
+	return send(c.httpFor(s), req, out)
 }
 
 // Register registers a runner with a single-use registration token (bearer,
 // unsigned). It needs only BaseURL (and HTTP); store the returned RunnerID.
 // A lost answer cannot be retried: the token is spent.
 func (c *RunnerClient) Register(ctx context.Context, regToken string, req protocol.RegisterRequest) (*protocol.RegisterResponse, error) {
-	u, err := endpoint(c.BaseURL, nil, "v1", "runner", "register")
-	if err != nil {
-		return nil, err
-	}
-	body, err := jsonBody(req)
-	if err != nil {
-		return nil, err
-	}
-	hr, err := newRequest(ctx, http.MethodPost, u, body)
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Authorization", "Bearer "+regToken)
 	var resp protocol.RegisterResponse
-	if _, err := send(c.HTTP, hr, &resp); err != nil {
+	if err := c.postBearer(ctx, regToken, req, &resp, "v1", "runner", "register"); err != nil {
 		return nil, err
 	}
 	return &resp, nil
+}
+
+// postBearer POSTs req as JSON to the path under BaseURL with a bearer
+// token instead of a signature (registration, the Actions exchange), and
+// decodes the answer into out.
+func (c *RunnerClient) postBearer(ctx context.Context, token string, req, out any, path ...string) error {
+	body, err := jsonBody(req)
+	if err != nil {
+		return err
+	}
+	_, err = c.onServers(ctx, func(ctx context.Context, s Server) (int, error) {
+		u, err := endpoint(s.URL, nil, path...)
+		if err != nil {
+			return 0, err
+		}
+		hr, err := newRequest(ctx, http.MethodPost, u, body)
+		if err != nil {
+			return 0, err
+		}
+		hr.Header.Set("Authorization", "Bearer "+token)
+		return send(c.httpFor(s), hr, out)
+	})
+	return err
+}
+
+// httpFor is the HTTP client that reaches s.
+func (c *RunnerClient) httpFor(s Server) *http.Client {
+	if s.HTTP != nil {
+		return s.HTTP
+	}
+	return c.HTTP
+}
+
+// claimTimeoutOK checks that no server's HTTP client gives up before a
+// claim of waitSeconds is answered.
+func (c *RunnerClient) claimTimeoutOK(waitSeconds int) error {
+	for _, s := range c.servers() {
+		if hc := c.httpFor(s); hc != nil && hc.Timeout != 0 && hc.Timeout <= time.Duration(waitSeconds)*time.Second {
+			return fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", hc.Timeout, waitSeconds)
+		}
+	}
+	return nil
 }
 
 // Heartbeat reports the runner's status and learns which attempts to cancel.
@@ -193,8 +231,8 @@ func (c *RunnerClient) Claim(ctx context.Context, waitSeconds int, requestID str
 	if waitSeconds < 0 || waitSeconds > MaxClaimWait {
 		return nil, fmt.Errorf("claim wait %d s is outside 0..%d", waitSeconds, MaxClaimWait)
 	}
-	if c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(waitSeconds)*time.Second {
-		return nil, fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", c.HTTP.Timeout, waitSeconds)
+	if err := c.claimTimeoutOK(waitSeconds); err != nil {
+		return nil, err
 	}
 	var a protocol.Assignment
 	status, err := c.do(ctx, nil, protocol.ClaimRequest{WaitSeconds: waitSeconds, RequestID: requestID}, &a, "v1", "runner", "claim")
@@ -218,8 +256,8 @@ func (c *RunnerClient) ClaimMany(ctx context.Context, waitSeconds, max int, requ
 	if max < 1 || max > protocol.MaxClaimBatch {
 		return nil, fmt.Errorf("claim max %d is outside 1..%d", max, protocol.MaxClaimBatch)
 	}
-	if c.HTTP != nil && c.HTTP.Timeout != 0 && c.HTTP.Timeout <= time.Duration(waitSeconds)*time.Second {
-		return nil, fmt.Errorf("http client timeout %s does not exceed the claim wait of %d s", c.HTTP.Timeout, waitSeconds)
+	if err := c.claimTimeoutOK(waitSeconds); err != nil {
+		return nil, err
 	}
 	// A server that predates max answers one assignment object: it is
 	// taken as a batch of one rather than lost.

@@ -306,20 +306,72 @@ func TestSweepStaged(t *testing.T) {
 	}
 }
 
+// TestOpenRemovesStaleTemporaries: opening the store removes what a crash
+// left staged, once unwritten for StagedAbandonedAfter, and keeps younger
+// temporaries, which another process may still be writing.
 func TestOpenRemovesStaleTemporaries(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	st, err := OpenFS(dir)
 	require.NoError(t, err)
-	k, _ := Key(tenant, run, attempt, "crash")
-	_, err = st.Stage(context.Background(), k, strings.NewReader("crash"), 100)
-	require.NoError(t, err) // staged, never published nor discarded: a crash
+	for _, name := range []string{"crash", "young"} {
+		k, _ := Key(tenant, run, attempt, name)
+		_, err = st.Stage(context.Background(), k, strings.NewReader(name), 100)
+		require.NoError(t, err) // staged, never published nor discarded: a crash
+	}
 	st.Close()
 	entries, _ := os.ReadDir(filepath.Join(dir, tmpDir))
-	require.Len(t, entries, 1)
+	require.Len(t, entries, 2)
+	old := time.Now().Add(-StagedAbandonedAfter - time.Minute)
+	require.NoError(t, os.Chtimes(filepath.Join(dir, tmpDir, entries[0].Name()), old, old))
 	st, err = OpenFS(dir)
 	require.NoError(t, err)
 	defer st.Close()
+	left, _ := os.ReadDir(filepath.Join(dir, tmpDir))
+	require.Len(t, left, 1, "the stale temporary is removed, the young one kept")
+	require.Equal(t, entries[1].Name(), left[0].Name())
+}
+
+// TestOpenBesideAnUploadInFlight: a second store opened on the same
+// directory while an upload is being staged (a replica restarting next to
+// the one it replaces, or two replicas on one disk) leaves that upload
+// alone: it finishes, publishes and is read through either store.
+func TestOpenBesideAnUploadInFlight(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := OpenFS(dir)
+	require.NoError(t, err)
+	defer first.Close()
+	pr, pw := io.Pipe()
+	k, _ := Key(tenant, run, attempt, "inflight")
+	type staged struct {
+		st  Staged
+		err error
+	}
+	done := make(chan staged, 1)
+	go func() {
+		st, err := first.Stage(context.Background(), k, pr, 1<<20)
+		done <- staged{st, err}
+	}()
+	_, err = pw.Write([]byte("first half, "))
+	require.NoError(t, err)
+	second, err := OpenFS(dir)
+	require.NoError(t, err)
+	defer second.Close()
+	_, err = pw.Write([]byte("second half"))
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	res := <-done
+	require.NoError(t, res.err)
+	require.NoError(t, res.st.Publish(context.Background()), "published after another store opened the directory")
+	for _, s := range []*FS{first, second} {
+		rc, err := s.Open(context.Background(), k)
+		require.NoError(t, err)
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		require.NoError(t, err)
+		require.Equal(t, "first half, second half", string(b))
+	}
 	requireNoTemporaries(t, dir)
 }
 

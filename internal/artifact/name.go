@@ -11,6 +11,10 @@ import (
 // MaxNameLen bounds an artifact name.
 const MaxNameLen = 128
 
+// DefaultMaxBytes is the size limit of a declared artifact whose job sets
+// none (docs/artifacts.md).
+const DefaultMaxBytes = 100 << 20
+
 var (
 	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	segmentRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)

@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/clock"
 )
 
 // Errors of a Storage.
@@ -70,8 +73,16 @@ type FS struct {
 
 var _ Storage = (*FS)(nil)
 
+// StagedAbandonedAfter is how long a staged upload's file may go unwritten
+// before OpenFS takes it for one a crash left: an upload in flight writes
+// to it at least every 30 s (the server cuts a body that stalls longer).
+const StagedAbandonedAfter = time.Hour
+
 // OpenFS opens (creating it if needed) a filesystem store at dir and removes
-// the temporaries a crash may have left.
+// the temporaries a crash left, those unwritten for StagedAbandonedAfter.
+// Younger ones stay: another server process may be writing them, as when
+// a replica restarts next to the one it replaces on one directory (the
+// retention sweep removes them later, once they are stale).
 func OpenFS(dir string) (*FS, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create artifact directory: %w", err)
@@ -80,15 +91,17 @@ func OpenFS(dir string) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open artifact directory: %w", err)
 	}
-	if err := root.RemoveAll(tmpDir); err != nil {
-		root.Close()
-		return nil, fmt.Errorf("remove stale uploads: %w", err)
-	}
-	if err := root.Mkdir(tmpDir, 0o700); err != nil {
+	if err := root.MkdirAll(tmpDir, 0o700); err != nil {
 		root.Close()
 		return nil, fmt.Errorf("create upload directory: %w", err)
 	}
-	return &FS{root: root}, nil
+	s := &FS{root: root}
+	// File times are the real clock's, whatever clock the server runs on.
+	if _, err := s.SweepStaged(context.Background(), clock.Real{}.Now().Add(-StagedAbandonedAfter), math.MaxInt); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("remove stale uploads: %w", err)
+	}
+	return s, nil
 }
 
 // Close releases the directory.

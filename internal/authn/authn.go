@@ -2,8 +2,6 @@ package authn
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -21,10 +20,7 @@ import (
 const DefaultSkew = 60 * time.Second
 
 // Digest is the stored form of a bearer secret.
-func Digest(secret string) string {
-	s := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(s[:])
-}
+func Digest(secret string) string { return principal.Digest(secret) }
 
 // Store is what authn needs of the database.
 type Store interface {
@@ -41,6 +37,19 @@ type Authenticator struct {
 	// Skew is the accepted distance between a runner's timestamp and server
 	// time; nonces are kept for twice as long.
 	Skew time.Duration
+}
+
+// NoncePurger forgets nonces past their retention (a store.Store).
+type NoncePurger interface {
+	NoncePurge(ctx context.Context, now *time.Time) (int, error)
+}
+
+// PurgeNonces forgets the nonces st keeps past their retention at clk's
+// time.
+func PurgeNonces(ctx context.Context, st NoncePurger, clk clock.Clock) (int, error) {
+	ctx = store.WithSystem(ctx, "nonce purge") // cross-tenant by nature (docs/operations.md)
+	n, err := st.NoncePurge(ctx, clk.NowOrNil())
+	return n, store.Refusal(err)
 }
 
 // BearerToken extracts the token of an Authorization: Bearer header.
@@ -74,19 +83,9 @@ func (a *Authenticator) Principal(ctx context.Context, r *http.Request) (*store.
 	return p, nil
 }
 
-// SignedCall is a verified runner request.
-type SignedCall struct {
-	Runner  *store.Runner
-	Run     string
-	Attempt string
-	Lease   string
-	Body    []byte
-	// Nonce is set when the nonce is not recorded yet
-	// (VerifyRunnerDeferred): the route's first committed transaction
-	// records it (store.Store.InTxNonce), and RecordNonce does before any
-	// answer the route writes without one.
-	Nonce *store.PendingNonce
-}
+// SignedCall is a verified runner request (principal.RunnerCall, which
+// the run service takes without depending on authn).
+type SignedCall = principal.RunnerCall
 
 // ErrReplay is the refusal of a request whose nonce is known.
 func ErrReplay() error { return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused) }
@@ -113,7 +112,7 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, protocol.MaxBodyBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read body: %w", protocol.ErrBadRequest)
+		return nil, protocol.BodyError(err)
 	}
 	if len(b) > protocol.MaxBodyBytes {
 		return nil, fmt.Errorf("body over %d bytes: %w", protocol.MaxBodyBytes, protocol.ErrTooLarge)
@@ -214,7 +213,7 @@ func (a *Authenticator) verifyRunner(ctx context.Context, r *http.Request, defer
 	// most 2×skew after now; keep the nonce a little longer than that.
 	pending := store.NewPendingNonce(store.Nonce{RunnerID: runnerID, Nonce: nonce, ExpiresAt: now.Add(2*skew + time.Second).UTC()})
 	// A disabled runner's request is refused after its nonce is recorded, as
-	// PROTOCOL.md orders the checks: its replay is refused as a replay.
+	// The protocol orders the checks: its replay is refused as a replay.
 	if !deferNonce || runner.Status != store.RunnerActive {
 		if err := a.RecordNonce(ctx, pending); err != nil {
 			return nil, err

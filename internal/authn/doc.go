@@ -1,7 +1,7 @@
 // Package authn turns credentials into identities: API bearer tokens into
 // principals, and Ed25519-signed runner requests into verified calls.
 //
-// Runner verification follows PROTOCOL.md's order exactly and fails closed:
+// Runner verification follows the protocol's order exactly and fails closed:
 // signature (which needs the runner's registered key) → timestamp skew →
 // nonce replay (a durable unique row, so exactly one of N concurrent copies
 // wins and a restart forgets nothing) → runner disabled. The path that is

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobplane/jobplane/internal/clock"
+	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/postgres"
 )
 
@@ -163,15 +164,16 @@ func explainClaim(ctx context.Context, conn *pgx.Conn, runnerID string) (string,
 	var tenant, pool string
 	var labels, allowed []string
 	var selfHosted bool
-	if err := tx.QueryRow(ctx, `SELECT tenant, pool, labels, self_hosted, allowed_repos FROM runners WHERE id = $1`, runnerID).
-		Scan(&tenant, &pool, &labels, &selfHosted, &allowed); err != nil {
+	var caps int32
+	if err := tx.QueryRow(ctx, `SELECT tenant, pool, labels, self_hosted, allowed_repos, capabilities FROM runners WHERE id = $1`, runnerID).
+		Scan(&tenant, &pool, &labels, &selfHosted, &allowed, &caps); err != nil {
 		return "", fmt.Errorf("explain: runner: %w", err)
 	}
 	if allowed == nil {
 		allowed = []string{}
 	}
 	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+postgres.ClaimQuery,
-		nil, runnerID, "explain", "", tenant, pool, labels, selfHosted, allowed)
+		nil, runnerID, "explain", "", tenant, pool, labels, selfHosted, allowed, postgres.NeedsArg(store.Capabilities(caps)))
 	if err != nil {
 		return "", fmt.Errorf("explain: %w", err)
 	}

@@ -67,7 +67,7 @@ type Config struct {
 	// rather than with the result (Runner.LogsApart).
 	LogsApart bool
 	// Renew has each lifecycle run renew its lease once before its result
-	// (Runner.Renew): the lifecycle's shape up to session 5. `jobplane
+	// (Runner.Renew), a heavier lifecycle kept for comparison. `jobplane
 	// worker` renews every third of a lease's TTL, so a no-op job, done
 	// long before that, never does.
 	Renew bool

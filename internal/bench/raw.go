@@ -131,10 +131,9 @@ func (p *pgRaw) setup(ctx context.Context, n int) error {
 		return err
 	}
 	// The claim's index, the queued rows in claim order, as a queue would
-	// have it: without one each claim walked the primary key past every row
-	// claimed before. With that, and the claim's three round trips (now one
-	// statement), the ceiling was a third below a queue's until session 11
-	// (1,408 against 2,214 jobs/s, docs/benchmarks.md). An index on
+	// have it: without one each claim walks the primary key past every row
+	// claimed before, and the ceiling drops to about a third below a
+	// queue's (docs/benchmarks.md). An index on
 	// (state, id), as the SQLite table has, is not used here: planned when
 	// every row is queued, the primary key looks as good, and the index
 	// only costs the updates.

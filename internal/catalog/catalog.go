@@ -229,6 +229,20 @@ func (c *Catalog) Group(name string) (*Group, bool) {
 	return g, ok
 }
 
+// Approvers expands an approval's groups to the sorted, distinct names of
+// their members: the principals who may approve. A group the catalog does
+// not define adds no one.
+func (c *Catalog) Approvers(groups []string) []string {
+	var out []string
+	for _, name := range groups {
+		if g, ok := c.Group(name); ok {
+			out = append(out, g.Members...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // Rules returns the policy rules in evaluation order: by file path, then
 // position in the file.
 func (c *Catalog) Rules() []*Rule {

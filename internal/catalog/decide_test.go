@@ -147,3 +147,17 @@ func TestDecidePolicyEngineFields(t *testing.T) {
 	require.False(t, got.Allowed, "%+v", got)
 	require.Contains(t, got.Rules[1].Reason, "outside hours")
 }
+
+// TestApprovers: an approval's groups expand to the sorted, distinct names
+// of their members; an undefined group adds no one.
+func TestApprovers(t *testing.T) {
+	t.Parallel()
+
+	c := mustParse(t, files("groups.yaml", "groups:\n  leads: {members: [carol, alice]}\n  oncall: {members: [bob, carol]}\n"))
+	require.Equal(t, []string{"alice", "bob", "carol"}, c.Approvers([]string{"oncall", "leads", "missing"}))
+	require.Equal(t, []string{"alice", "carol"}, c.Approvers([]string{"leads"}))
+	require.Empty(t, c.Approvers([]string{"missing"}))
+	require.Empty(t, c.Approvers(nil))
+	var nilCat *Catalog
+	require.Empty(t, nilCat.Approvers([]string{"leads"}))
+}

@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("policies/x.yaml", "rules: [{id: x, jobs: ['['], users: [~]}]\n")
 	f.Add("jobs/hello.yaml", "name: hello\nparams: {type: object, properties: {a: {$ref: '#/x'}}}\nrun: {command: [x]}\n")
 	f.Add("jobs/hello.yaml", "\t- x\n")
+	f.Add("jobs/hello.yaml", "name: hello\nisolation: required\nrun: {command: [x], image: 'ghcr.io/a/b:1', resources: {cpu: 0.5, memory: 1Gi}, network: none, workdir: /w}\n")
 	f.Add("tests/a.yaml", policyTests)
 	f.Add("tests/a.yaml", "tests: [{name: x, request: {actor: a, job: hello, channel: prod, params: {a: [1, {b: .inf}]}, now: yesterday, ref: {protected: 1}}, expect: maybe, grants: {w: admin}}]\n")
 	f.Add("tests/a.yaml", "tests: {name: x}\n")

@@ -33,6 +33,16 @@ const (
 	MaxMaxAttempts     = 100
 	DefaultBackoff     = 10 * time.Second
 
+	// ExecutorRunner: attempts are claimed by jobplane runners.
+	ExecutorRunner = "runner"
+	// ExecutorGitHubActions: attempts are dispatched as a workflow run in
+	// the run's own repository (the compatibility mode, docs/github.md).
+	ExecutorGitHubActions = "github-actions"
+	// ActionsPool is the pool of a github-actions job's attempts. Runner
+	// pool names never start with "@", so no runner claims them; only the
+	// Actions exchange hands them out (store.ActionsPool).
+	ActionsPool = "@github-actions"
+
 	// MaxParamsSize bounds a run's params JSON, which ends up in the
 	// environment of a process.
 	MaxParamsSize = 64 << 10
@@ -57,6 +67,17 @@ type Job struct {
 	Source     *Source           `json:"source,omitempty"`
 	Schedule   *Schedule         `json:"schedule,omitempty"`
 	On         *On               `json:"on,omitempty"`
+	// Executor is how attempts run: ExecutorRunner (claimed by jobplane
+	// runners, the default) or ExecutorGitHubActions (dispatched as a
+	// workflow in the run's repository).
+	Executor string `json:"executor"`
+	// Workflow is the workflow file under .github/workflows/ that a
+	// github-actions job dispatches.
+	Workflow  string     `json:"workflow,omitempty"`
+	Retention *Retention `json:"retention,omitempty"`
+	// Isolation is IsolationRequired when only isolated runners may run
+	// the job, else IsolationNone.
+	Isolation string `json:"isolation"`
 
 	schema   *jsonschema.Schema
 	defaults map[string]any
@@ -71,6 +92,14 @@ type Run struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Timeout  time.Duration     `json:"timeout"`
 	LeaseTTL time.Duration     `json:"lease_ttl"`
+	// Image is the OCI image the attempt runs in; empty: the runner's host.
+	Image     string     `json:"image,omitempty"`
+	Resources *Resources `json:"resources,omitempty"`
+	// Network is NetworkDefault or NetworkNone.
+	Network string `json:"network"`
+	// Workdir is where the command starts: relative to the workspace, or
+	// an absolute directory of Image.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // RunsOn selects the runners eligible for the job.
@@ -115,6 +144,7 @@ var (
 	leaseLiteralRe     = regexp.MustCompile(`^[A-Za-z0-9:._-]*$`)
 	artifactNameRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	envNameRe          = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	workflowFileRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.ya?ml$`)
 )
 
 func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken bool) {
@@ -131,12 +161,14 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 		return
 	}
 	j := &Job{
-		File:    path,
-		Run:     Run{Timeout: DefaultTimeout, LeaseTTL: DefaultLeaseTTL},
-		RunsOn:  RunsOn{Pool: DefaultPool},
-		Retries: Retries{MaxAttempts: DefaultMaxAttempts, Backoff: DefaultBackoff},
+		File:      path,
+		Run:       Run{Timeout: DefaultTimeout, LeaseTTL: DefaultLeaseTTL, Network: NetworkDefault},
+		Isolation: IsolationNone,
+		RunsOn:    RunsOn{Pool: DefaultPool},
+		Retries:   Retries{MaxAttempts: DefaultMaxAttempts, Backoff: DefaultBackoff},
+		Executor:  ExecutorRunner,
 	}
-	var scheduleNode ast.Node
+	var scheduleNode, executorNode, workflowNode ast.Node
 	var leaseKeys []ast.Node
 	present, ok := d.Object(body, "", 0, map[string]func(ast.Node, string){
 		"name": func(v ast.Node, f string) {
@@ -186,10 +218,41 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 		"source":    func(v ast.Node, f string) { j.parseSource(d, v, f) },
 		"schedule":  func(v ast.Node, f string) { scheduleNode = v },
 		"on":        func(v ast.Node, f string) { j.parseOn(d, v, f) },
+		"executor": func(v ast.Node, f string) {
+			executorNode = v
+			if s, ok := d.Str(v, f); ok {
+				if s != ExecutorRunner && s != ExecutorGitHubActions {
+					d.Add(v, f, "must be %s or %s, got %q", ExecutorRunner, ExecutorGitHubActions, s)
+					return
+				}
+				j.Executor = s
+			}
+		},
+		"workflow": func(v ast.Node, f string) {
+			workflowNode = v
+			if s, ok := d.Str(v, f); ok {
+				if !workflowFileRe.MatchString(s) {
+					d.Add(v, f, "must be a workflow file name under .github/workflows/ (%s), got %q", workflowFileRe, s)
+					return
+				}
+				j.Workflow = s
+			}
+		},
+		"retention": func(v ast.Node, f string) { j.parseRetention(d, v, f) },
+		"isolation": func(v ast.Node, f string) {
+			if s, ok := d.Str(v, f); ok {
+				if s != IsolationRequired && s != IsolationNone {
+					d.Add(v, f, "must be %s or %s, got %q", IsolationRequired, IsolationNone, s)
+					return
+				}
+				j.Isolation = s
+			}
+		},
 	})
 	if !ok {
 		return
 	}
+	j.checkExecutor(d, body, present, executorNode, workflowNode)
 	if !present["name"] {
 		d.Add(body, "name", "is required")
 	}
@@ -203,8 +266,58 @@ func (p *parse) parseJob(d *yamlpos.Decoder, path string, body ast.Node, broken 
 	p.cat.jobs[name] = j
 }
 
+// checkExecutor checks the fields that go with the executor. A
+// github-actions job runs in a workflow of the run's repository, so it needs
+// a workflow file and a pull request to name that repository, and it has no
+// jobplane runner to select.
+func (j *Job) checkExecutor(d *yamlpos.Decoder, body ast.Node, present map[string]bool, executorNode, workflowNode ast.Node) {
+	if j.Executor != ExecutorGitHubActions {
+		if workflowNode != nil && executorNode != nil {
+			d.Add(workflowNode, "workflow", "is only for executor %s", ExecutorGitHubActions)
+		} else if workflowNode != nil {
+			d.Add(workflowNode, "workflow", "needs executor: %s", ExecutorGitHubActions)
+		}
+		return
+	}
+	j.RunsOn = RunsOn{Pool: ActionsPool}
+	if workflowNode == nil {
+		d.Add(executorNode, "workflow", "is required with executor %s", ExecutorGitHubActions)
+	}
+	if present["runs_on"] {
+		d.Add(executorNode, "runs_on", "selects jobplane runners; a job with executor %s runs in its workflow", ExecutorGitHubActions)
+	}
+	if j.On == nil || j.On.PullRequest == nil {
+		d.Add(executorNode, "on.pull_request", "is required with executor %s: the workflow is dispatched in the pull request's repository", ExecutorGitHubActions)
+	}
+}
+
 func (j *Job) parseRun(d *yamlpos.Decoder, n ast.Node, field string) {
+	var workdirNode ast.Node
 	present, ok := d.Object(n, field, 1, map[string]func(ast.Node, string){
+		"image": func(v ast.Node, f string) {
+			if s, ok := d.Str(v, f); ok {
+				if err := ParseImageRef(s); err != nil {
+					d.Add(v, f, "image reference %q: %v", s, err)
+					return
+				}
+				j.Run.Image = s
+			}
+		},
+		"resources": func(v ast.Node, f string) { j.parseResources(d, v, f) },
+		"network": func(v ast.Node, f string) {
+			if s, ok := d.Str(v, f); ok {
+				if s != NetworkDefault && s != NetworkNone {
+					d.Add(v, f, "must be %s or %s, got %q", NetworkNone, NetworkDefault, s)
+					return
+				}
+				j.Run.Network = s
+			}
+		},
+		"workdir": func(v ast.Node, f string) {
+			if s, ok := d.Str(v, f); ok {
+				j.Run.Workdir, workdirNode = s, v
+			}
+		},
 		"command": func(v ast.Node, f string) {
 			items, ok := d.List(v, f)
 			if !ok {
@@ -252,6 +365,9 @@ func (j *Job) parseRun(d *yamlpos.Decoder, n ast.Node, field string) {
 	})
 	if ok && !present["command"] {
 		d.Add(n, yamlpos.Join(field, "command"), "is required")
+	}
+	if workdirNode != nil {
+		j.checkWorkdir(d, workdirNode, yamlpos.Join(field, "workdir"))
 	}
 }
 
@@ -686,6 +802,9 @@ func (j *Job) ValidateParams(raw json.RawMessage) (json.RawMessage, error) {
 			return nil, &ParamsError{Message: "must be a JSON object"}
 		}
 		obj = m
+		if err := checkNumbers(m, nil); err != nil {
+			return nil, err
+		}
 	}
 	if j.schema == nil {
 		if len(obj) > 0 {

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -116,6 +118,14 @@ func TestGitHubCorpus(t *testing.T) {
 	goldenTree(t, "github/repo", b.res.Plan.Files)
 	requireValid(t, b.res.Plan.Files)
 
+	// The CI's image is written commented out; uncommented, it is a
+	// run.image the definitions accept.
+	backfill := string(b.res.Plan.Files["jobs/backfill.yaml"])
+	require.Contains(t, backfill, "\n  # image: python:3.12-slim   # REVIEW:")
+	uncommented := maps.Clone(b.res.Plan.Files)
+	uncommented["jobs/backfill.yaml"] = []byte(strings.Replace(backfill, "\n  # image: ", "\n  image: ", 1))
+	requireValid(t, uncommented)
+
 	class := map[string]string{}
 	for _, j := range inv.Jobs {
 		class[j.Key] = j.Class.Class
@@ -127,6 +137,7 @@ func TestGitHubCorpus(t *testing.T) {
 		".github/workflows/migrate.yml#migrate":        "operational",
 		".github/workflows/backfill.yml#backfill":      "operational",
 		".github/workflows/crm-sync.yml#sync-contacts": "data-movement",
+		".github/workflows/crm-sync.yml#load-contacts": "data-movement",
 		".github/workflows/_db-task.yml#run-task":      "operational",
 		".github/workflows/reindex.yml#reindex":        "operational",
 	}, class)
@@ -218,6 +229,41 @@ func TestDeterministic(t *testing.T) {
 	require.Equal(t, a.res.Plan.Files, b.Plan.Files)
 }
 
+// TestTwoRepositoriesKeepTheirJobsApart: two repositories with the same
+// workflow path give two jobs with two keys (each naming its repository),
+// two written jobs, a report that maps each to its own file, and an
+// override that applies to one of them only.
+func TestTwoRepositoriesKeepTheirJobsApart(t *testing.T) {
+	t.Parallel()
+	other := filepath.Join(t.TempDir(), "other")
+	wf, err := os.ReadFile("testdata/github/.github/workflows/migrate.yml")
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(other, ".github", "workflows"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(other, ".github", "workflows", "migrate.yml"), wf, 0o644))
+	srcs, err := GitHubSources([]string{"testdata/github", other})
+	require.NoError(t, err)
+	require.Len(t, srcs, 2)
+
+	otherKey := filepath.ToSlash(other) + "/.github/workflows/migrate.yml#migrate"
+	ov, errs := ParseOverrides("c.yaml", []byte("jobs:\n  "+strconv.Quote(otherKey)+": {name: other-migrate}\n"))
+	require.Empty(t, errs)
+	res := Import(KindGitHub, srcs, ov)
+	require.Empty(t, res.Inventory.Errors)
+	var keys []string
+	for _, j := range res.Inventory.Jobs {
+		if j.ID == "migrate" {
+			keys = append(keys, j.Key)
+		}
+	}
+	require.ElementsMatch(t, []string{"testdata/github/.github/workflows/migrate.yml#migrate", otherKey}, keys)
+	requireValid(t, res.Plan.Files)
+	require.Contains(t, res.Plan.Files, "jobs/migrate.yaml")
+	require.Contains(t, res.Plan.Files, "jobs/other-migrate.yaml", "the override names one of the two jobs")
+	report := res.Report()
+	require.Contains(t, report, "| `testdata/github/.github/workflows/migrate.yml#migrate` | operational | high | `jobs/migrate.yaml` |")
+	require.Contains(t, report, "| `"+otherKey+"` | operational | high | `jobs/other-migrate.yaml` |")
+}
+
 // TestMalformedGitHub: broken YAML, unknown keys and bad expressions are
 // reported with positions, all at once, and the rest is still inventoried.
 func TestMalformedGitHub(t *testing.T) {
@@ -259,7 +305,29 @@ func TestMalformedGitLab(t *testing.T) {
 		keys = append(keys, j.Key)
 	}
 	require.Contains(t, keys, ".gitlab-ci.yml#rotate-keys", "a good job next to broken ones is inventoried")
+	require.Contains(t, errs, "testdata/gitlab-broken/.gitlab-ci.yml:2:12: include[0].local: cannot read testdata/gitlab-broken/ci/missing.yml: no such file or directory",
+		"a missing include is reported where it is included, not at a file that does not exist")
 	requireValid(t, b.res.Plan.Files)
+}
+
+// TestGitLabIncludeForms: the short form of include: takes wildcards as
+// the local: form does, and a missing file is reported at the entry that
+// names it.
+func TestGitLabIncludeForms(t *testing.T) {
+	t.Parallel()
+	fsys := fstest.MapFS{
+		".gitlab-ci.yml": {Data: []byte("include:\n  - ci/*.yml\n  - local: ci/gone.yml\n")},
+		"ci/a.yml":       {Data: []byte("purge:\n  when: manual\n  script: [./purge]\n")},
+		"ci/b.yml":       {Data: []byte("rotate:\n  when: manual\n  script: [./rotate]\n")},
+	}
+	inv := GitLab([]Source{{FS: fsys, Files: []string{".gitlab-ci.yml"}}})
+	var keys []string
+	for _, j := range inv.Jobs {
+		keys = append(keys, j.Key)
+	}
+	require.ElementsMatch(t, []string{".gitlab-ci.yml#purge", ".gitlab-ci.yml#rotate"}, keys)
+	require.Len(t, inv.Errors, 1)
+	require.Equal(t, ".gitlab-ci.yml:3:12: include[1].local: cannot read ci/gone.yml: file does not exist", inv.Errors[0].Error())
 }
 
 // TestScriptTranslation pins the rewriting of expressions into the
@@ -288,6 +356,49 @@ jobs:
 	require.Len(t, j.Notes, 1)
 	require.Equal(t, 11, j.Notes[0].Line)
 	require.Contains(t, j.Notes[0].Message, "steps.x.outputs.y")
+}
+
+// TestOrderingLeftToDo: a moved job that waited for another (needs:) or
+// ran as a matrix says so in the report, whether the job it waited for
+// moves, stays in CI or is not in the inventory.
+func TestOrderingLeftToDo(t *testing.T) {
+	t.Parallel()
+	wf := `on:
+  schedule: [{cron: "0 2 * * *"}]
+jobs:
+  extract:
+    runs-on: x
+    steps: [{run: ./etl extract}]
+  build:
+    runs-on: x
+    steps: [{run: go build ./...}]
+  load:
+    needs: [extract, build, elsewhere]
+    runs-on: x
+    strategy: {matrix: {table: [a, b]}}
+    steps: [{run: ./etl load}]
+`
+	inv := GitHub([]Source{{FS: fstest.MapFS{"w.yml": {Data: []byte(wf)}}, Files: []string{"w.yml"}}})
+	require.Empty(t, inv.Errors)
+	require.Len(t, inv.Jobs, 3)
+	ov, errs := ParseOverrides("c.yaml", []byte("jobs:\n  build: {class: build-test}\n  load: {class: data-movement}\n"))
+	require.Empty(t, errs)
+	Classify(inv, ov)
+	p := Write(inv, ov)
+	requireValid(t, p.Files)
+	var load *Move
+	for _, m := range p.Moves {
+		if m.Name == "load" {
+			load = m
+		}
+	}
+	require.NotNil(t, load)
+	left := strings.Join(load.Left, "\n")
+	require.Contains(t, left, "ran after w.yml#extract in the CI (needs: extract), which becomes job extract; jobplane does not chain jobs")
+	require.Contains(t, left, "ran after w.yml#build in the CI (needs: build), which stays in CI")
+	require.Contains(t, left, "ran after elsewhere in the CI (needs: elsewhere), a job the inventory does not hold")
+	require.Contains(t, left, `ran as a matrix (table: "a", "b"); jobplane runs it once per request`)
+	require.Contains(t, string(p.Files[ReportFile]), "which becomes job extract")
 }
 
 // TestLeaseKeys pins how concurrency groups become lease keys.

@@ -24,7 +24,11 @@ const maxInline = 10
 func GitHub(srcs []Source) *Inventory {
 	inv := &Inventory{Kind: KindGitHub}
 	for _, src := range srcs {
-		g := &ghImport{src: src, inv: inv, parsed: map[string]*ghWorkflow{}}
+		// Two repositories have the same .github/workflows paths: with
+		// more than one source, a key names the file as displayed (its
+		// repository included), so that keys, overrides and the report
+		// tell their jobs apart.
+		g := &ghImport{src: src, inv: inv, parsed: map[string]*ghWorkflow{}, qualify: len(srcs) > 1}
 		for _, f := range slices.Sorted(slices.Values(src.Files)) {
 			g.workflow(f, true)
 		}
@@ -35,9 +39,11 @@ func GitHub(srcs []Source) *Inventory {
 }
 
 type ghImport struct {
-	src    Source
-	inv    *Inventory
-	parsed map[string]*ghWorkflow // by path in the source
+	src Source
+	// qualify says job keys start with the source's prefix.
+	qualify bool
+	inv     *Inventory
+	parsed  map[string]*ghWorkflow // by path in the source
 	// jobs are the jobs inventoried, by workflow path then job id.
 	jobs map[string]map[string]*Job
 	// calls are the caller jobs to link once every workflow is read.
@@ -196,8 +202,12 @@ func (g *ghImport) inventory(wf *ghWorkflow) {
 		if aj == nil || aj.ID == nil {
 			continue
 		}
+		keyPath := wf.path
+		if g.qualify {
+			keyPath = wf.file.display
+		}
 		j := &Job{
-			Key:      wf.path + "#" + aj.ID.Value,
+			Key:      keyPath + "#" + aj.ID.Value,
 			File:     wf.file.display,
 			Workflow: wf.name,
 			ID:       aj.ID.Value,
@@ -641,7 +651,10 @@ func (g *ghImport) describe(wf *ghWorkflow, aj *actionlint.Job, j *Job) {
 		}
 	}
 	if aj.Container != nil && aj.Container.Image != nil {
+		c.collect(aj.Container.Image)
 		j.Image = aj.Container.Image.Value
+		line, col := f.pos(aj.Container.Image, 0)
+		c.note(f, line, col, imageNote, j.Image)
 	}
 	// Workflow, then job environment: the job's wins.
 	g.env(c, f, w.Env, aj.Env)

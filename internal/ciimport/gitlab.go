@@ -85,7 +85,7 @@ func GitLab(srcs []Source) *Inventory {
 	for _, src := range srcs {
 		for _, f := range src.Files {
 			g := &glImport{src: src, inv: inv, seen: map[string]bool{}, top: map[string]glVal{}, vars: map[string]glVar{}}
-			g.file(f, 0, true)
+			g.file(f, 0, true, nil)
 			g.jobs(f)
 			for _, d := range g.decoders {
 				inv.Errors = append(inv.Errors, d.Errs...)
@@ -96,9 +96,19 @@ func GitLab(srcs []Source) *Inventory {
 	return inv
 }
 
+// glInclude is a local file an include: names, and where it names it.
+type glInclude struct {
+	path  string
+	d     *yamlpos.Decoder
+	node  ast.Node
+	field string
+}
+
 // file reads one pipeline file, its includes first, so that its own keys
-// override theirs.
-func (g *glImport) file(p string, depth int, main bool) {
+// override theirs. from is the include: entry that names the file (nil for
+// the pipeline file itself): a file that cannot be read is reported there,
+// where it can be fixed.
+func (g *glImport) file(p string, depth int, main bool, from *glInclude) {
 	display := g.src.display(p)
 	if g.seen[p] {
 		return
@@ -106,6 +116,10 @@ func (g *glImport) file(p string, depth int, main bool) {
 	g.seen[p] = true
 	data, err := read(g.src.FS, p)
 	if err != nil {
+		if from != nil {
+			from.d.Add(from.node, from.field, "cannot read %s: %s", display, readErr(err))
+			return
+		}
 		g.inv.Errors = append(g.inv.Errors, Error{File: display, Line: 1, Column: 1, Message: "cannot read: " + readErr(err)})
 		return
 	}
@@ -123,7 +137,7 @@ func (g *glImport) file(p string, depth int, main bool) {
 	for _, e := range es {
 		if e.Key == "include" && e.Value != nil {
 			for _, inc := range g.includes(d, e.Value, depth) {
-				g.file(inc, depth+1, false)
+				g.file(inc.path, depth+1, false, &inc)
 			}
 		}
 	}
@@ -149,7 +163,7 @@ func (g *glImport) file(p string, depth int, main bool) {
 }
 
 // includes returns the local files an include: names, noting the others.
-func (g *glImport) includes(d *yamlpos.Decoder, n ast.Node, depth int) []string {
+func (g *glImport) includes(d *yamlpos.Decoder, n ast.Node, depth int) []glInclude {
 	if depth >= maxIncludeDepth {
 		d.Add(n, "include", "includes nested deeper than %d levels", maxIncludeDepth)
 		return nil
@@ -162,7 +176,12 @@ func (g *glImport) includes(d *yamlpos.Decoder, n ast.Node, depth int) []string 
 			items = []ast.Node{r}
 		}
 	}
-	var out []string
+	var out []glInclude
+	add := func(paths []string, node ast.Node, field string) {
+		for _, p := range paths {
+			out = append(out, glInclude{path: p, d: d, node: node, field: field})
+		}
+	}
 	for i, it := range items {
 		f := yamlpos.Index("include", i)
 		r := d.Resolve(it, f)
@@ -173,13 +192,13 @@ func (g *glImport) includes(d *yamlpos.Decoder, n ast.Node, depth int) []string 
 					Message: fmt.Sprintf("remote include %s is not read; its jobs are not in the inventory", v.Value)})
 				continue
 			}
-			out = append(out, localPath(v.Value)...)
+			add(g.glob(localPath(v.Value)), v, f)
 		case *ast.MappingNode, *ast.MappingValueNode:
 			for _, e := range entries(d, v, f, 1) {
 				s, _ := d.Str(e.Value, yamlpos.Join(f, e.Key))
 				switch e.Key {
 				case "local":
-					out = append(out, g.glob(localPath(s))...)
+					add(g.glob(localPath(s)), e.Value, yamlpos.Join(f, e.Key))
 				case "project", "remote", "template", "component":
 					g.inv.Warnings = append(g.inv.Warnings, Error{File: d.File, Line: line(e.KeyNode), Column: col(e.KeyNode), Field: yamlpos.Join(f, e.Key),
 						Message: fmt.Sprintf("include %s %s is not read (only local files are); its jobs are not in the inventory", e.Key, s)})
@@ -642,7 +661,7 @@ func (g *glImport) job(mainFile, name string, v glVal) {
 	j.Triggers = g.triggers(m, name, refs)
 	if j.Image != "" {
 		j.Notes = append(j.Notes, Error{File: j.File, Line: j.Line, Column: j.Column,
-			Message: fmt.Sprintf("ran in image %s; jobplane runs the script on a runner: give the runner its tools, or run the image from the script", j.Image)})
+			Message: fmt.Sprintf(imageNote, j.Image)})
 	}
 	if x, ok := get("after_script"); ok {
 		j.Notes = append(j.Notes, Error{File: x.d.File, Line: line(x.key), Column: col(x.key),

@@ -63,7 +63,9 @@ type Inventory struct {
 // Job is one CI job as found, with its classification once Classify ran.
 type Job struct {
 	// Key identifies the job in a --classify file: the workflow's path in
-	// its repository, '#', the job's id.
+	// its repository, '#', the job's id. A GitHub import of several
+	// repositories (or of files in several directories) keys by the path
+	// as displayed instead, which names the repository too.
 	Key    string `json:"key"`
 	File   string `json:"file"`
 	Line   int    `json:"line"`

@@ -54,7 +54,11 @@ func Report(inv *Inventory, p *Plan) string {
 		}
 		fmt.Fprintf(&b, "Runs in %s.\n\n", strings.Join(chans, ", "))
 		b.WriteString("Moved:\n\n")
-		fmt.Fprintf(&b, "- %s become the script of `run.command`\n", plural(len(j.Steps), "step"))
+		verb := "become"
+		if len(j.Steps) == 1 {
+			verb = "becomes"
+		}
+		fmt.Fprintf(&b, "- %s %s the script of `run.command`\n", plural(len(j.Steps), "step"), verb)
 		for _, s := range m.Moved {
 			fmt.Fprintf(&b, "- %s\n", md(s))
 		}

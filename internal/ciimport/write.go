@@ -100,6 +100,7 @@ func Write(inv *Inventory, ov *Overrides) *Plan {
 			}
 		}
 	}
+	p.ordering(inv)
 	channels := map[string]Channel{}
 	for _, m := range p.Moves {
 		for _, ch := range m.Channels {
@@ -122,6 +123,43 @@ func Write(inv *Inventory, ov *Overrides) *Plan {
 	}
 	return p
 }
+
+// ordering says what a moved job loses of the CI's ordering and fan-out:
+// the jobs it waited for (needs:) and the matrix it ran as. jobplane runs
+// each job on its own, once per request, so a job that waited for another
+// would start without it, and a matrix would run one combination's worth.
+func (p *Plan) ordering(inv *Inventory) {
+	names := map[string]string{} // job key → jobplane name
+	for _, m := range p.Moves {
+		names[m.Job.Key] = m.Name
+	}
+	keys := map[string]bool{}
+	for _, j := range inv.Jobs {
+		keys[j.Key] = true
+	}
+	for _, m := range p.Moves {
+		j := m.Job
+		// The key is the workflow's key path, '#', the job's id.
+		prefix := strings.TrimSuffix(j.Key, "#"+j.ID)
+		for _, need := range j.Needs {
+			key := prefix + "#" + need
+			switch name, moved := names[key]; {
+			case moved:
+				m.Left = append(m.Left, fmt.Sprintf("ran after %s in the CI (needs: %s), which becomes job %s; jobplane does not chain jobs, so this one no longer waits for it: schedule it after %s ends, or have %s request it as its last step", key, need, name, name, name))
+			case keys[key]:
+				m.Left = append(m.Left, fmt.Sprintf("ran after %s in the CI (needs: %s), which stays in CI; jobplane does not wait for it: make sure what it produced exists before a run", key, need))
+			default:
+				m.Left = append(m.Left, fmt.Sprintf("ran after %s in the CI (needs: %s), a job the inventory does not hold; jobplane does not wait for it", need, need))
+			}
+		}
+		if len(j.Matrix) > 0 {
+			m.Left = append(m.Left, fmt.Sprintf("ran as a matrix (%s); jobplane runs it once per request: make the axis a parameter and request one run per value", strings.Join(j.Matrix, "; ")))
+		}
+	}
+}
+
+// imageNote is what a job that ran in a CI image is told.
+const imageNote = "ran in image %s; jobplane runs the script on the runner's host unless the job names run.image (written commented out): give the runner its tools, or uncomment run.image so that a container or Kubernetes runner runs it there (the image needs bash)"
 
 // marker opens every file the import writes, so that a later import knows
 // which files it may replace.
@@ -321,6 +359,11 @@ func (p *Plan) job(m *Move, ov *Overrides) {
 		y.line(1, "timeout: %dm", int(math.Ceil(j.TimeoutMinutes)))
 	} else {
 		y.line(1, "timeout: 6h   # REVIEW: the CI's default bound; set the real one")
+	}
+	if j.Image != "" {
+		// Commented out: with run.image only a container or Kubernetes
+		// runner takes the job, and the CI's image may have no bash.
+		y.line(1, "# image: %s   # REVIEW: the CI ran the job in this image; uncomment to run it there (the image needs bash)", oneLine(j.Image))
 	}
 	labels, lleft := runnerLabels(j)
 	m.Left = append(m.Left, lleft...)

@@ -62,6 +62,7 @@ func (c *AuditListCmd) Run(g *Globals) error {
 	}
 	var tw *tabwriter.Writer
 	enc := json.NewEncoder(g.Stdout)
+	enc.SetEscapeHTML(false)
 	if !c.JSON {
 		tw = tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tAT\tACTOR\tACTION\tSUBJECT\tSEALED\tDETAILS")
@@ -78,6 +79,7 @@ func (c *AuditListCmd) Run(g *Globals) error {
 				break
 			}
 			n++
+			e.Details = unescapeHTML(e.Details)
 			if c.JSON {
 				if err := enc.Encode(e); err != nil {
 					return err

@@ -30,7 +30,7 @@ type BenchCmd struct {
 	Backlog           int    `help:"PostgreSQL: instead of the usual phases, queue this many runs in bulk, then claim and finish --runs of them and report claim latency and the claim statement's EXPLAIN ANALYZE." placeholder:"N"`
 	Idle              int    `help:"Instead of the usual phases, have this many runners wait in long polls; report memory, then dispatch latency over --dispatch runs." placeholder:"N"`
 	IdleProcs         int    `name:"idle-procs" help:"With --idle: put the waiting runners in this many child processes, so that the memory reported is the server's alone (and more runners fit under the per-process descriptor limit)." placeholder:"P"`
-	Renew             bool   `name:"renew" help:"Have each lifecycle run renew its lease once before its result, as the lifecycle did up to session 5. The worker renews every third of the lease TTL, so a no-op job never does."`
+	Renew             bool   `name:"renew" help:"Have each lifecycle run renew its lease once before its result, a heavier lifecycle kept for comparison. The worker renews every third of the lease TTL, so a no-op job never does."`
 	LogsApart         bool   `name:"logs-apart" help:"Send each lifecycle run's log chunk in a call of its own before the result, instead of with the result as the worker does (the request shape before the result carried logs)."`
 	Raw               bool   `help:"Also run a raw SKIP LOCKED claim+complete loop on the same database (one row per transaction, then --raw-batch rows per statement) and print jobplane's rates as ratios of it."`
 	RawBatch          int    `name:"raw-batch" default:"10" help:"Rows per statement of the batched raw loop."`

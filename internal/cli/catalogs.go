@@ -1,18 +1,11 @@
 package cli
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jobplane/jobplane/internal/apiclient"
-	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -29,14 +22,18 @@ type CatalogsListCmd struct {
 
 // Run prints the catalogs.
 func (c *CatalogsListCmd) Run(g *Globals) error {
-	var v control.CatalogsView
-	if err := callJSON(g.Ctx, &c.ClientFlags, http.MethodGet, "/v1/catalogs", nil, &v); err != nil {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	v, err := cl.Catalogs(g.Ctx)
+	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(g.Stdout, v)
 	}
-	printCatalogs(g.Stdout, &v)
+	printCatalogs(g.Stdout, v)
 	return nil
 }
 
@@ -47,18 +44,22 @@ type CatalogsSyncCmd struct {
 
 // Run syncs and prints the catalogs.
 func (c *CatalogsSyncCmd) Run(g *Globals) error {
-	var v control.CatalogsView
-	if err := callJSON(g.Ctx, &c.ClientFlags, http.MethodPost, "/v1/catalogs/sync", nil, &v); err != nil {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	v, err := cl.SyncCatalogs(g.Ctx)
+	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(g.Stdout, v)
 	}
-	printCatalogs(g.Stdout, &v)
+	printCatalogs(g.Stdout, v)
 	return nil
 }
 
-func printCatalogs(w io.Writer, v *control.CatalogsView) {
+func printCatalogs(w io.Writer, v *protocol.CatalogsView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHANNEL\tBRANCH\tACTIVE\tACTIVATED\tLAST REJECTED")
 	for _, ch := range v.Channels {
@@ -105,8 +106,12 @@ type JobsListCmd struct {
 
 // Run lists the jobs.
 func (c *JobsListCmd) Run(g *Globals) error {
-	var v control.JobsView
-	if err := callJSON(g.Ctx, &c.ClientFlags, http.MethodGet, "/v1/jobs", channelQuery(c.Channel, c.Ref), &v); err != nil {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	v, err := cl.Jobs(g.Ctx, c.Channel, c.Ref)
+	if err != nil {
 		return err
 	}
 	if c.JSON {
@@ -131,8 +136,12 @@ type JobsShowCmd struct {
 
 // Run shows the job.
 func (c *JobsShowCmd) Run(g *Globals) error {
-	var v control.JobView
-	if err := callJSON(g.Ctx, &c.ClientFlags, http.MethodGet, "/v1/jobs/"+url.PathEscape(c.Name), channelQuery(c.Channel, c.Ref), &v); err != nil {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	v, err := cl.Job(g.Ctx, c.Name, c.Channel, c.Ref)
+	if err != nil {
 		return err
 	}
 	if c.JSON {
@@ -160,65 +169,11 @@ func (c *JobsShowCmd) Run(g *Globals) error {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "definition:")
-	var def bytes.Buffer
-	if json.Indent(&def, v.Definition, "  ", "  ") == nil {
-		fmt.Fprintf(w, "  %s\n", def.String())
+	if def, ok := humanDefinition(v.Definition, "  "); ok {
+		fmt.Fprintf(w, "  %s\n", def)
 	}
 	if v.RunbookText != "" {
 		fmt.Fprintf(w, "runbook (%s):\n\n%s", v.Runbook, v.RunbookText)
 	}
 	return nil
-}
-
-func channelQuery(channel, ref string) url.Values {
-	q := url.Values{}
-	if channel != "" {
-		q.Set("channel", channel)
-	}
-	if ref != "" {
-		q.Set("ref", ref)
-	}
-	return q
-}
-
-// callJSON sends one request to the catalog API and decodes the answer; a
-// refusal becomes an *apiclient.APIError like every other client call.
-func callJSON(ctx context.Context, f *ClientFlags, method, path string, q url.Values, out any) error {
-	cl, err := f.client()
-	if err != nil {
-		return err
-	}
-	u := cl.BaseURL + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	if cl.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+cl.Token)
-	}
-	hc := cl.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		ae := &apiclient.APIError{Status: resp.StatusCode}
-		if json.Unmarshal(body, &ae.Problem) != nil {
-			ae.Problem = protocol.Problem{Detail: strings.TrimSpace(string(body[:min(len(body), 200)]))}
-		}
-		return ae
-	}
-	return json.Unmarshal(body, out)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"github.com/jobplane/jobplane/internal/apiclient"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/logging"
+	"github.com/jobplane/jobplane/internal/policy"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Globals are what every command receives.
@@ -45,6 +48,7 @@ func (f *ClientFlags) client() (*apiclient.Client, error) {
 type cliRoot struct {
 	Server     ServerCmd     `cmd:"" help:"Run the control plane."`
 	Worker     WorkerCmd     `cmd:"" help:"Run an execution agent that claims and runs jobs."`
+	ActionsRun ActionsRunCmd `cmd:"" name:"actions-run" help:"Inside a GitHub Actions workflow: exchange the job's OIDC token for its attempt and run it."`
 	Dev        DevCmd        `cmd:"" help:"Run a server, a local worker and an example definitions repository, for a first try."`
 	Run        RunCmd        `cmd:"" help:"Request a run of a job."`
 	Runs       RunsCmd       `cmd:"" help:"List or show runs."`
@@ -67,18 +71,18 @@ type cliRoot struct {
 	Audit      AuditCmd      `cmd:"" help:"Read, export (--json) or verify the audit log (admin)."`
 	Admin      AdminCmd      `cmd:"" help:"Administrative verbs."`
 	Bench      BenchCmd      `cmd:"" help:"Measure request and claim+result throughput of no-op runs."`
-	Version    VersionCmd    `cmd:"" help:"Print the version."`
-}
+	Version    VersionCmd    `cmd:"" help:"Print the version: the module version and the Git revision it was built from."`
+	Completion CompletionCmd `cmd:"" help:"Print a shell completion script (bash, zsh or fish); see docs/cli.md."`
 
-// Version is set at build time.
-var Version = "dev"
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version and exit."`
+}
 
 // VersionCmd prints the version.
 type VersionCmd struct{}
 
 // Run prints the version.
 func (VersionCmd) Run(g *Globals) error {
-	fmt.Fprintln(g.Stdout, "jobplane", Version)
+	fmt.Fprintln(g.Stdout, versionString())
 	return nil
 }
 
@@ -91,16 +95,14 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var root cliRoot
 	exit := -1
-	parser, err := kong.New(&root,
-		kong.Name("jobplane"),
-		kong.Description("jobplane: a job control plane. Runs with identity, leases, per-run authorization and Git-reviewed definitions."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { exit = code; panic(exitPanic{}) }),
-		kong.UsageOnError(),
-	)
+	parser, err := newParser(&root, stdout, stderr, func(code int) { exit = code; panic(exitPanic{}) })
 	if err != nil {
 		fmt.Fprintln(stderr, "jobplane:", err)
-		return 2
+		return ExitUsage
+	}
+	if len(args) == 0 {
+		// Nothing asked: say what there is, as --help does.
+		args = []string{"--help"}
 	}
 	code := func() (code int) {
 		defer func() {
@@ -115,20 +117,28 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		kctx, err := parser.Parse(args)
 		if err != nil {
 			fmt.Fprintln(stderr, "jobplane:", err)
-			return 2
+			return ExitUsage
 		}
 		err = kctx.Run(&Globals{Ctx: ctx, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 		var ee *ExitError
-		if errors.As(err, &ee) {
-			return ee.Code
-		}
-		if err != nil {
+		if err != nil && !errors.As(err, &ee) {
 			printErr(stderr, err)
-			return 1
+			printHints(stderr, err)
 		}
-		return 0
+		return exitCode(err)
 	}()
 	return code
+}
+
+func newParser(root *cliRoot, stdout, stderr io.Writer, exit func(int)) (*kong.Kong, error) {
+	return kong.New(root,
+		kong.Name("jobplane"),
+		kong.Description("jobplane: a job control plane. Runs with identity, leases, per-run authorization and Git-reviewed definitions.\n\nA first try: `jobplane dev`, then `jobplane run hello --wait` in another terminal. Exit codes: docs/cli.md."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
+		kong.UsageOnError(),
+		kong.Vars{"version": versionString()},
+	)
 }
 
 type exitPanic struct{}
@@ -154,6 +164,10 @@ func printErr(w io.Writer, err error) {
 		}
 		return
 	}
+	if ue, ok := asUnreachable(err); ok {
+		fmt.Fprintln(w, "jobplane:", ue.Error())
+		return
+	}
 	fmt.Fprintln(w, "jobplane:", err)
 }
 
@@ -161,25 +175,15 @@ func printErr(w io.Writer, err error) {
 // considered and why it did or did not match.
 func printDecision(w io.Writer, d any) {
 	b, _ := json.Marshal(d)
-	var dec struct {
-		Explanation string `json:"explanation"`
-		Detail      struct {
-			Rules []struct {
-				ID      string `json:"id"`
-				File    string `json:"file"`
-				Line    int    `json:"line"`
-				Effect  string `json:"effect"`
-				Matched bool   `json:"matched"`
-				Reason  string `json:"reason"`
-			} `json:"rules"`
-		} `json:"detail"`
-	}
-	if json.Unmarshal(b, &dec) != nil || dec.Explanation == "" {
+	// The detail is the policy engine's own account of the decision.
+	var dec protocol.Decision
+	var detail policy.Decision
+	if json.Unmarshal(b, &dec) != nil || dec.Explanation == "" || (len(dec.Detail) > 0 && json.Unmarshal(dec.Detail, &detail) != nil) {
 		fmt.Fprintf(w, "  decision: %s\n", b)
 		return
 	}
 	fmt.Fprintf(w, "  why: %s\n", dec.Explanation)
-	for _, r := range dec.Detail.Rules {
+	for _, r := range detail.Rules {
 		mark := "no match"
 		if r.Matched {
 			mark = "matched"
@@ -192,10 +196,19 @@ func printDecision(w io.Writer, d any) {
 	}
 }
 
+// printJSON writes v indented, without HTML escaping: the server's own
+// escaping of values it relays (\u003c in a parameter or a detail) is undone
+// too, so that scripts and people see the characters that were sent.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(unescapeHTML(buf.Bytes()))
+	return err
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,17 +44,18 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// TestDevQuickStart runs the README's quick start in-process: `jobplane dev`
-// with its example repository and local worker, then the client verbs with no
-// flags at all (they find ./.jobplane/cli.json).
-func TestDevQuickStart(t *testing.T) {
+// startDev runs `jobplane dev` in a fresh current directory until the test
+// ends, and returns that directory and dev's standard output once it
+// printed its hints.
+func startDev(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	dir := t.TempDir()
 	t.Chdir(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	var devOut, devErr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &devOut, &devErr)
+		done <- Main(ctx, append([]string{"dev", "--listen", "127.0.0.1:0"}, args...), strings.NewReader(""), &devOut, &devErr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -63,17 +65,72 @@ func TestDevQuickStart(t *testing.T) {
 			t.Error("dev did not stop")
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(devOut.String(), "Next,") {
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(devOut.String(), "Stop with Ctrl-C.") {
 		require.True(t, time.Now().Before(deadline), "dev did not start: %s %s", devOut.String(), devErr.String())
 		time.Sleep(20 * time.Millisecond)
 	}
+	return dir, &devOut
+}
+
+// waitState polls a run until it reaches state.
+func waitState(t *testing.T, id, state string, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, out, _ := run(t, append([]string{"runs", "show", id, "--json"}, args...)...)
+		if strings.Contains(out, `"state": "`+state+`"`) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "run %s not %s: %s", id, state, out)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDevQuickStart runs the README's quick start in-process: `jobplane dev`
+// with its example repository and local worker, then the client verbs with no
+// flags at all (they find ./.jobplane/cli.json).
+func TestDevQuickStart(t *testing.T) {
+	dir, devOut := startDev(t)
+
+	// Every hint dev prints works as printed.
+	var pending string
+	for _, line := range strings.Split(devOut.String(), "\n") {
+		cmdline, _, _ := strings.Cut(strings.TrimSpace(line), "   ")
+		if !strings.HasPrefix(line, "  jobplane ") {
+			continue
+		}
+		args := strings.Fields(cmdline)[1:]
+		code, out, errOut := run(t, args...)
+		require.Equal(t, 0, code, "%s\nstdout: %s\nstderr: %s", cmdline, out, errOut)
+		if args[0] == "approve" {
+			pending = args[1]
+		}
+	}
+	// alice's migration, approved by the admin, ends in success; the web
+	// UI's run page does not offer alice as its approver.
+	require.NotEmpty(t, pending, "dev prints an approval to give: %s", devOut.String())
+	waitState(t, pending, "succeeded")
+	code, out, errOut := run(t, "runs", "show", pending)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "actor     alice")
+	require.Contains(t, out, "approval  admin approved")
+	code, out, errOut = run(t, "schedules")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tidy")
+	code, out, errOut = run(t, "validate", filepath.Join(".jobplane", "definitions"))
+	require.Equal(t, 0, code, out+errOut)
+	alice, err := os.ReadFile(filepath.Join(dir, ".jobplane", "alice-token"))
+	require.NoError(t, err)
+	code, _, errOut = run(t, "run", "count", "--token", strings.TrimSpace(string(alice)))
+	require.Equal(t, ExitRefused, code, errOut)
+
 	require.FileExists(t, filepath.Join(dir, ".jobplane", "cli.json"))
 	info, err := os.Stat(filepath.Join(dir, ".jobplane", "cli.json"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the file holds a token")
 
-	code, out, errOut := run(t, "run", "hello", "--wait")
+	code, out, errOut = run(t, "run", "hello", "--wait")
 	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, errOut)
 	require.Contains(t, out, "hello, world")
 	require.Contains(t, errOut, "succeeded")
@@ -83,15 +140,15 @@ func TestDevQuickStart(t *testing.T) {
 	require.Contains(t, out, "hello, you")
 
 	code, _, errOut = run(t, "run", "hello", "-p", "name=bad;rm")
-	require.Equal(t, 1, code)
+	require.Equal(t, ExitRefused, code)
 	require.Contains(t, errOut, "invalid_params")
 	require.Contains(t, errOut, "field name")
 
 	code, _, errOut = run(t, "run", "nope")
-	require.Equal(t, 1, code)
+	require.Equal(t, ExitRefused, code)
 	require.Contains(t, errOut, "unknown_job")
 
-	code, out, _ = run(t, "runs", "--json")
+	code, out, _ = run(t, "runs", "--job", "hello", "--json")
 	require.Equal(t, 0, code)
 	var list struct {
 		Runs []struct {
@@ -100,7 +157,7 @@ func TestDevQuickStart(t *testing.T) {
 		} `json:"runs"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	require.Len(t, list.Runs, 2)
+	require.Len(t, list.Runs, 4, "two from dev's hints, two here")
 	require.Equal(t, "succeeded", list.Runs[0].State)
 
 	code, out, _ = run(t, "runs", "show", list.Runs[0].ID)
@@ -126,7 +183,7 @@ func TestDevQuickStart(t *testing.T) {
 
 	// bob may run hello (users: ["*"]) but not count (operators only).
 	code, _, errOut = run(t, "run", "count", "--token", bobToken)
-	require.Equal(t, 1, code)
+	require.Equal(t, ExitRefused, code)
 	require.Contains(t, errOut, "denied")
 
 	// A long run can be cancelled.
@@ -138,15 +195,32 @@ func TestDevQuickStart(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	code, _, errOut = run(t, "cancel", r.ID)
 	require.Equal(t, 0, code, errOut)
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		_, out, _ = run(t, "runs", "show", r.ID, "--json")
-		if strings.Contains(out, `"state": "cancelled"`) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "run not cancelled: %s", out)
-		time.Sleep(100 * time.Millisecond)
+	waitState(t, r.ID, "cancelled")
+
+	// Ctrl-C while following: the run goes on, and the CLI says how to
+	// follow or stop it.
+	ctx, interrupt := context.WithCancel(context.Background())
+	var wOut, wErr syncBuffer
+	waited := make(chan int, 1)
+	go func() {
+		waited <- Main(ctx, []string{"run", "count", "-p", "to=60", "--wait"}, strings.NewReader(""), &wOut, &wErr)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(wOut.String(), "1\n") {
+		require.True(t, time.Now().Before(deadline), "no log line: %s %s", wOut.String(), wErr.String())
+		time.Sleep(20 * time.Millisecond)
 	}
+	interrupt()
+	require.Equal(t, ExitInterrupted, <-waited, wErr.String())
+	require.Contains(t, wErr.String(), "goes on")
+	m := regexp.MustCompile(`jobplane cancel (run_\S+)`).FindStringSubmatch(wErr.String())
+	require.NotNil(t, m, wErr.String())
+	require.Contains(t, wErr.String(), "jobplane logs -f "+m[1])
+	_, out, _ = run(t, "runs", "show", m[1], "--json")
+	require.Contains(t, out, `"state": "running"`, "interrupting the CLI does not stop the run")
+	code, _, errOut = run(t, "cancel", m[1])
+	require.Equal(t, 0, code, errOut)
+	waitState(t, m[1], "cancelled")
 
 	// A backfill: one run per line, refused lines reported and the exit
 	// status 1; the same command again requests nothing twice.
@@ -170,6 +244,56 @@ func TestDevQuickStart(t *testing.T) {
 	code, _, errOut = run(t, "run", "hello", "--params-file", pf, "-p", "name=x", "--wait")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "--wait")
+
+	// Retention: the dev server keeps everything, so nothing is due.
+	code, out, errOut = run(t, "admin", "prune", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "nothing is due for deletion")
+	code, out, errOut = run(t, "admin", "prune", "--json")
+	require.Equal(t, 0, code, errOut)
+	var rep protocol.PruneReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Zero(t, rep.LogLines)
+	code, _, errOut = run(t, "admin", "prune", "--dry-run", "--token", bobToken)
+	require.Equal(t, ExitRefused, code)
+	require.Contains(t, errOut, "forbidden")
+}
+
+// TestDevExampleDefinitions: `jobplane dev --definitions
+// examples/definitions` serves a directory that is not a Git repository,
+// and the example's approval flow (a platform engineer's production
+// migration, approved by a second one) ends in a succeeded run.
+func TestDevExampleDefinitions(t *testing.T) {
+	examples, err := filepath.Abs(filepath.Join("..", "..", "examples", "definitions"))
+	require.NoError(t, err)
+	_, devOut := startDev(t, "--definitions", examples)
+	require.Contains(t, devOut.String(), "is not a Git repository")
+	require.Contains(t, devOut.String(), "billing-admin-token")
+
+	tokens := map[string]string{}
+	for _, who := range []string{"dave", "erin"} {
+		code, _, errOut := run(t, "principals", "create", who)
+		require.Equal(t, 0, code, errOut)
+		code, out, errOut := run(t, "tokens", "create", "--principal", who)
+		require.Equal(t, 0, code, errOut)
+		tokens[who] = strings.TrimSpace(out)
+	}
+	code, out, errOut := run(t, "run", "migrate-schema", "-p", "target_version=42", "--json", "--token", tokens["dave"])
+	require.Equal(t, 0, code, errOut)
+	var r struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "pending_approval", r.State)
+	code, _, errOut = run(t, "approve", r.ID, "--token", tokens["dave"])
+	require.Equal(t, ExitRefused, code, "not their own run: %s", errOut)
+	code, _, errOut = run(t, "approve", r.ID, "--token", tokens["erin"])
+	require.Equal(t, 0, code, errOut)
+	waitState(t, r.ID, "succeeded")
+	code, out, _ = run(t, "logs", r.ID)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "migrating to 42")
 }
 
 func TestParseParams(t *testing.T) {
@@ -200,6 +324,18 @@ func TestUsageErrors(t *testing.T) {
 		require.Contains(t, errOut, "--gc-heap-floor", cmd[0])
 		require.Contains(t, errOut, "negative", cmd[0])
 	}
+	// The Kubernetes executor needs its namespace and a usable kubeconfig;
+	// both are refused before the worker contacts its server.
+	worker := []string{"worker", "--server", "http://127.0.0.1:1", "--state-dir", t.TempDir(), "--executor", "kubernetes"}
+	code, _, errOut = run(t, worker...)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--namespace")
+	code, _, errOut = run(t, append(worker, "--namespace", "jobs", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))...)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--kubeconfig")
+	code, _, errOut = run(t, "worker", "--server", "http://127.0.0.1:1", "--executor", "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "--executor")
 }
 
 // stdinFor feeds "secrets set" a value; other commands read nothing.

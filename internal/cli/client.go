@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,7 +19,7 @@ import (
 type RunCmd struct {
 	ClientFlags
 	Job            string   `arg:"" help:"Job name."`
-	Param          []string `short:"p" help:"Parameter key=value (repeatable). Values that parse as JSON numbers, booleans, arrays or objects are sent as such; quote them to force a string, e.g. -p 'id=\"007\"'." placeholder:"KEY=VALUE"`
+	Param          []string `short:"p" help:"Parameter key=value (repeatable). Values that parse as JSON numbers, booleans, arrays or objects are sent as such; quote them to force a string, e.g. -p 'id=\"007\"'. Commas are part of the value: -p 'ids=[1,2]'." placeholder:"KEY=VALUE" sep:"none"`
 	Channel        string   `default:"prod" help:"Channel to run in."`
 	Ref            string   `help:"Branch, for pattern channels."`
 	Reason         string   `help:"Why this run is requested (kept with the run)."`
@@ -60,14 +61,14 @@ func (c *RunCmd) Run(g *Globals) error {
 	}
 	params, err := parseParams(c.Param)
 	if err != nil {
-		return err
+		return &usageError{msg: err.Error()}
 	}
 	if c.ParamsFile != "" {
 		return c.runMany(g, cl, params)
 	}
 	run, err := cl.CreateRun(g.Ctx, &protocol.RunRequest{Job: c.Job, Channel: c.Channel, Ref: c.Ref, Params: params, Reason: c.Reason, IdempotencyKey: c.IdempotencyKey})
 	if err != nil {
-		return err
+		return c.explain(g, err)
 	}
 	if !c.Wait {
 		if c.JSON {
@@ -80,6 +81,11 @@ func (c *RunCmd) Run(g *Globals) error {
 	state, err := cl.FollowLogs(g.Ctx, run.ID, 0, func(l protocol.RunLogLine) error {
 		return printLine(g.Stdout, l, c.JSON)
 	})
+	if err != nil && g.Ctx.Err() != nil {
+		fmt.Fprintf(g.Stderr, "\ninterrupted: run %s goes on without you (stopping the CLI does not stop the run).\n"+
+			"  follow it again:  jobplane logs -f %[1]s\n  see its state:    jobplane runs show %[1]s\n  stop it:          jobplane cancel %[1]s\n", run.ID)
+		return &ExitError{Code: ExitInterrupted}
+	}
 	if err != nil {
 		return err
 	}
@@ -88,6 +94,91 @@ func (c *RunCmd) Run(g *Globals) error {
 		return &ExitError{Code: 1}
 	}
 	return nil
+}
+
+// explain adds what to do to a refused request: the jobs with a name like
+// the one typed, or the parameters the job takes.
+func (c *RunCmd) explain(g *Globals, err error) error {
+	var ae *apiclient.APIError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch ae.Problem.Code {
+	case protocol.CodeUnknownJob:
+		cl, cerr := c.client()
+		if cerr != nil {
+			return err
+		}
+		v, lerr := cl.Jobs(g.Ctx, c.Channel, c.Ref)
+		if lerr != nil {
+			return err
+		}
+		names := make([]string, 0, len(v.Jobs))
+		for _, j := range v.Jobs {
+			names = append(names, j.Name)
+		}
+		if near := closest(c.Job, names); len(near) > 0 {
+			return withHints(err, "did you mean "+strings.Join(near, " or ")+"?")
+		}
+		return withHints(err, fmt.Sprintf("jobs in channel %s: %s (jobplane jobs lists them)", v.Channel, strings.Join(names, ", ")))
+	case protocol.CodeInvalidParams:
+		cl, cerr := c.client()
+		if cerr != nil {
+			return err
+		}
+		v, jerr := cl.Job(g.Ctx, c.Job, c.Channel, c.Ref)
+		if jerr != nil {
+			return err
+		}
+		if hint := paramsHint(c.Job, v.Definition); hint != "" {
+			return withHints(err, hint)
+		}
+	}
+	return err
+}
+
+// paramsHint lists the parameters a job's definition declares.
+func paramsHint(job string, def json.RawMessage) string {
+	var d struct {
+		Params struct {
+			Properties map[string]struct {
+				Type    any             `json:"type"`
+				Default json.RawMessage `json:"default"`
+			} `json:"properties"`
+			Required []string `json:"required"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(def, &d) != nil {
+		return ""
+	}
+	if len(d.Params.Properties) == 0 {
+		return fmt.Sprintf("job %s takes no parameters", job)
+	}
+	names := make([]string, 0, len(d.Params.Properties))
+	for n := range d.Params.Properties {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		p := d.Params.Properties[n]
+		desc := n
+		var attrs []string
+		if p.Type != nil {
+			attrs = append(attrs, fmt.Sprint(p.Type))
+		}
+		if slices.Contains(d.Params.Required, n) {
+			attrs = append(attrs, "required")
+		}
+		if len(p.Default) > 0 {
+			attrs = append(attrs, "default "+string(p.Default))
+		}
+		if len(attrs) > 0 {
+			desc += " (" + strings.Join(attrs, ", ") + ")"
+		}
+		parts = append(parts, desc)
+	}
+	return fmt.Sprintf("parameters of %s: %s; give them as -p KEY=VALUE", job, strings.Join(parts, ", "))
 }
 
 func printLine(w io.Writer, l protocol.RunLogLine, asJSON bool) error {
@@ -120,11 +211,14 @@ type RunsCmd struct {
 	Show RunsShowCmd `cmd:"" help:"Show one run."`
 }
 
+// runStates are the states --state accepts (docs/lifecycle.md).
+var runStates = []string{"pending_approval", "queued", "running", "succeeded", "failed", "cancelled", "timed_out", "denied", "rejected", "expired", "superseded"}
+
 // RunsListCmd lists runs.
 type RunsListCmd struct {
 	ClientFlags
 	Job    string `help:"Only this job."`
-	State  string `help:"Only runs in this state."`
+	State  string `help:"Only runs in this state: pending_approval, queued, running, succeeded, failed, cancelled, timed_out, denied, rejected, expired or superseded." placeholder:"STATE"`
 	Limit  int    `default:"20" help:"How many."`
 	Cursor string `help:"Continue after this cursor."`
 }
@@ -134,6 +228,9 @@ func (c *RunsListCmd) Run(g *Globals) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
+	}
+	if c.State != "" && !slices.Contains(runStates, c.State) {
+		return usageErrorf("--state %q is not a run state; one of: %s", c.State, strings.Join(runStates, ", "))
 	}
 	list, err := cl.ListRuns(g.Ctx, apiclient.ListRunsParams{Job: c.Job, State: c.State, Limit: c.Limit, Cursor: c.Cursor})
 	if err != nil {
@@ -195,14 +292,7 @@ func (c *RunsShowCmd) Run(g *Globals) error {
 		}
 		fmt.Fprintln(w)
 	}
-	var d struct {
-		Request struct {
-			Explanation string `json:"explanation"`
-		} `json:"request"`
-		Dispatch *struct {
-			Explanation string `json:"explanation"`
-		} `json:"dispatch"`
-	}
+	var d protocol.DecisionRecord
 	if json.Unmarshal(r.Decision, &d) == nil && d.Request.Explanation != "" {
 		fmt.Fprintf(w, "decision  %s\n", d.Request.Explanation)
 		if d.Dispatch != nil {
@@ -254,6 +344,10 @@ func (c *LogsCmd) Run(g *Globals) error {
 	}
 	if c.Follow {
 		_, err := cl.FollowLogs(g.Ctx, c.ID, 0, func(l protocol.RunLogLine) error { return printLine(g.Stdout, l, c.JSON) })
+		if err != nil && g.Ctx.Err() != nil {
+			fmt.Fprintf(g.Stderr, "\ninterrupted: run %s goes on; stop it with: jobplane cancel %[1]s\n", c.ID)
+			return &ExitError{Code: ExitInterrupted}
+		}
 		return err
 	}
 	var after int64
@@ -416,9 +510,10 @@ func (c *RunnersListCmd) Run(g *Globals) error {
 	}
 	now := clock.Real{}.Now()
 	tw := tabwriter.NewWriter(g.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPOOL\tLABELS\tSTATUS\tLAST SEEN\tATTEMPTS")
+	fmt.Fprintln(tw, "ID\tNAME\tPOOL\tLABELS\tEXECUTOR\tISOLATION\tSTATUS\tLAST SEEN\tATTEMPTS")
 	for _, r := range list.Runners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.Name, r.Pool, strings.Join(r.Labels, ","), r.Status, ago(r.LastSeenAt, now), len(r.Attempts))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.Name, r.Pool, strings.Join(r.Labels, ","), r.Executor, r.Capabilities,
+			r.Status, ago(r.LastSeenAt, now), len(r.Attempts))
 	}
 	return tw.Flush()
 }
@@ -605,6 +700,7 @@ func (c *SecretsSetCmd) Run(g *Globals) error {
 // AdminCmd groups administrative verbs.
 type AdminCmd struct {
 	RotateKeys AdminRotateKeysCmd `cmd:"" name:"rotate-keys" help:"Rotate the run-token signing key; old keys stay published until their tokens expire."`
+	Prune      AdminPruneCmd      `cmd:"" help:"Delete the logs and artifacts of ended runs past their retention now (--dry-run: list them)."`
 }
 
 // AdminRotateKeysCmd rotates the signing key.

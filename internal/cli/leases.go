@@ -36,9 +36,7 @@ func (c *LeasesListCmd) Run(g *Globals) error {
 		_, err := fmt.Fprintln(g.Stdout, string(raw))
 		return err
 	}
-	var out struct {
-		Leases []protocol.LeaseHolder `json:"leases"`
-	}
+	var out protocol.LeaseList
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return err
 	}

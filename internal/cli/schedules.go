@@ -3,11 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // SchedulesCmd lists the jobs' schedules and their next firings.
@@ -17,18 +16,22 @@ type SchedulesCmd struct {
 
 // Run prints the schedules.
 func (c *SchedulesCmd) Run(g *Globals) error {
-	var v control.SchedulesView
-	if err := callJSON(g.Ctx, &c.ClientFlags, http.MethodGet, "/v1/schedules", nil, &v); err != nil {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	v, err := cl.Schedules(g.Ctx)
+	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(g.Stdout, v)
 	}
-	printSchedules(g.Stdout, &v)
+	printSchedules(g.Stdout, v)
 	return nil
 }
 
-func printSchedules(w io.Writer, v *control.SchedulesView) {
+func printSchedules(w io.Writer, v *protocol.SchedulesView) {
 	if len(v.Schedules) == 0 {
 		fmt.Fprintln(w, "no schedules")
 		return

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"fmt"
+	"path/filepath"
+
 	"github.com/jobplane/jobplane/internal/review"
 )
 
@@ -17,6 +20,16 @@ func (c *ValidateCmd) Run(g *Globals) error {
 	files, extra, err := review.Load(c.Target, c.Repo)
 	if err != nil {
 		return err
+	}
+	if !review.HasDefinitions(files) && len(extra) == 0 {
+		where := c.Target
+		if where == "" {
+			where = "."
+		}
+		if abs, err := filepath.Abs(where); err == nil && c.Repo == "" {
+			where = abs
+		}
+		return fmt.Errorf("%w in %s: expected jobs/*.yaml, policies/*.yaml or groups.yaml (docs/definitions.md); run jobplane validate in the definitions repository or give its path: jobplane validate DIR", review.ErrNoDefinitions, where)
 	}
 	rep := review.Validate(files, extra...)
 	if c.JSON {

@@ -40,6 +40,9 @@ type Server struct {
 	SyncInterval time.Duration
 	DataDir      string
 	AdminToken   string // JOBPLANE_ADMIN_TOKEN
+	// IsolateWriteGrants hands runs with a connector granted at write only
+	// to isolated runners.
+	IsolateWriteGrants bool
 	// SecretKey (JOBPLANE_SECRET_KEY) is the 32-byte key, hex or base64,
 	// that seals secrets and signing keys; without it the server keeps one
 	// in DataDir/secret.key.
@@ -51,9 +54,20 @@ type Server struct {
 	SourceRepos map[string]string
 	// GitHub configures the GitHub App integration (config/github.go).
 	GitHub GitHubApp
-	// Storage is where artifacts, archived logs and staged source
-	// archives are kept (config/storage.go).
+	// Storage is where artifacts and moved logs are kept
+	// (config/storage.go).
 	Storage Storage
+	// Retention is how long the logs and artifacts of ended runs are kept
+	// when their job sets no period (zero: kept).
+	Retention Retention
+}
+
+// Retention holds the server's default retention periods.
+type Retention struct {
+	Logs, Artifacts time.Duration
+	// ArchiveLogs is how long after its end a run's logs move from the
+	// database to the object store (zero: they stay).
+	ArchiveLogs time.Duration
 }
 
 var channelRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)

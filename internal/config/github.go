@@ -26,7 +26,14 @@ type GitHubApp struct {
 	// (JOBPLANE_GITHUB_WEBHOOK_SECRET_PREVIOUS_UNTIL, RFC 3339).
 	PreviousWebhookSecret string
 	PreviousUntil         string
+	// OIDCIssuer (--github-oidc-issuer) is the issuer of the Actions OIDC
+	// tokens workflows of the GitHub Actions mode present; default
+	// DefaultGitHubOIDCIssuer.
+	OIDCIssuer string
 }
+
+// DefaultGitHubOIDCIssuer is GitHub's Actions OIDC issuer.
+const DefaultGitHubOIDCIssuer = "https://token.actions.githubusercontent.com"
 
 // minWebhookSecret is the shortest secret accepted: a webhook secret is an
 // HMAC key, and a short one could be guessed offline from one delivery.
@@ -42,6 +49,9 @@ func (g *GitHubApp) Enabled() bool {
 func (g *GitHubApp) Validate() error {
 	if g.API == "" {
 		g.API = DefaultGitHubAPI
+	}
+	if g.OIDCIssuer == "" {
+		g.OIDCIssuer = DefaultGitHubOIDCIssuer
 	}
 	if !g.Enabled() {
 		return nil
@@ -66,6 +76,10 @@ func (g *GitHubApp) Validate() error {
 	u, err := url.Parse(g.API)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return &FieldError{Field: "--github-api", Message: fmt.Sprintf("%q is not an http(s) URL", g.API)}
+	}
+	u, err = url.Parse(g.OIDCIssuer)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return &FieldError{Field: "--github-oidc-issuer", Message: fmt.Sprintf("%q is not an http(s) URL without query or fragment", g.OIDCIssuer)}
 	}
 	return nil
 }

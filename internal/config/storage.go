@@ -11,8 +11,8 @@ import (
 	"github.com/jobplane/jobplane/internal/artifact"
 )
 
-// Storage is where artifacts (and, with S3, archived logs and staged
-// source archives) are kept (--artifacts).
+// Storage is where artifacts, staged uploads and the logs moved out of the
+// database are kept (--artifacts).
 type Storage struct {
 	// URL is "" (the filesystem store under DATA-DIR/artifacts) or
 	// s3://BUCKET/PREFIX?endpoint=URL&region=R.

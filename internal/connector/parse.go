@@ -241,3 +241,17 @@ func keySet(d *yamlpos.Decoder, n ast.Node, field string) map[string]string {
 	}
 	return out
 }
+
+// EnvName is the environment variable of a connector's key:
+// JOBPLANE_CONNECTOR_<NAME>_<KEY>, NAME upper-cased with '-' as '_'.
+func EnvName(connector, key string) string {
+	return "JOBPLANE_CONNECTOR_" + strings.ToUpper(strings.ReplaceAll(connector, "-", "_")) + "_" + key
+}
+
+// Pinned is one connector a job declares, as a run pins it at request
+// time: the level the job asks for and the connector's definition at the
+// run's commit.
+type Pinned struct {
+	Declared string      `json:"declared"` // read | write
+	Def      *Definition `json:"definition"`
+}

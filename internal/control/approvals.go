@@ -44,7 +44,7 @@ func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, ver
 		if r.State != store.RunPendingApproval {
 			return fmt.Errorf("run %s is %s, not waiting for approval: %w", runID, r.State, protocol.ErrInvalidState)
 		}
-		var rec decisionRecord
+		var rec protocol.DecisionRecord
 		if err := json.Unmarshal(r.Decision, &rec); err != nil || rec.Request.Approval == nil {
 			return fmt.Errorf("run %s records no approval requirement: %w", runID, protocol.ErrInvalidState)
 		}
@@ -72,7 +72,7 @@ func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, ver
 			if err := tx.RunUpdate(ctx, r); err != nil {
 				return err
 			}
-			if err := s.recordRunCheck(ctx, tx, r, "rejected by "+actor.Name); err != nil {
+			if err := s.runChanged(ctx, tx, r, "rejected by "+actor.Name); err != nil {
 				return err
 			}
 			return s.audit(ctx, tx, r.Tenant, actor.Name, "run.rejected", r.ID, details)
@@ -95,6 +95,9 @@ func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, ver
 			if err := tx.RunUpdate(ctx, r); err != nil {
 				return err
 			}
+			if err := s.runChanged(ctx, tx, r, ""); err != nil {
+				return err
+			}
 			return s.audit(ctx, tx, r.Tenant, actor.Name, "run.approval_given", r.ID, details)
 		}
 		spec, err := runSpec(r)
@@ -107,7 +110,7 @@ func (s *Service) verdict(ctx context.Context, actor principal.Actor, runID, ver
 		if err := tx.RunUpdate(ctx, r); err != nil {
 			return err
 		}
-		att := newAttempt(r, spec, 1, now, now)
+		att := s.newAttempt(r, spec, 1, now, now)
 		if err := tx.AttemptCreate(ctx, att); err != nil {
 			return err
 		}
@@ -151,7 +154,7 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			if err := tx.RunUpdate(ctx, r); err != nil {
 				return err
 			}
-			if err := s.recordRunCheck(ctx, tx, r, "no approval within "+s.appTTL.String()); err != nil {
+			if err := s.runChanged(ctx, tx, r, "no approval within "+s.appTTL.String()); err != nil {
 				return err
 			}
 			n++

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
@@ -23,18 +24,18 @@ func TestAuditDetailsAsMaps(t *testing.T) {
 		got  any
 		want map[string]any
 	}{
-		{"holder", holder(a), holderMap},
-		{"holder without a claim request", holder(&store.Attempt{Number: 3}),
+		{"holder", lease.Holder(a), holderMap},
+		{"holder without a claim request", lease.Holder(&store.Attempt{Number: 3}),
 			map[string]any{"registration": "", "incarnation": "attempt-3", "lease": ""}},
 		{"requested", requestedDetails{Job: "j", Channel: "prod", Commit: "c0ffee", Attempt: "att_1", Decision: "allow", Rule: "r"},
 			map[string]any{"job": "j", "channel": "prod", "commit": "c0ffee", "attempt": "att_1", "decision": "allow", "rule": "r"}},
-		{"claimed", claimedDetails{Attempt: "att_1", Number: 2, Runner: "rnr_1", LeaseExpiresAt: &exp, Holder: holder(a)},
+		{"claimed", claimedDetails{Attempt: "att_1", Number: 2, Runner: "rnr_1", LeaseExpiresAt: &exp, Holder: lease.Holder(a)},
 			map[string]any{"attempt": "att_1", "number": 2, "runner": "rnr_1", "lease_expires_at": &exp, "holder": holderMap}},
-		{"claimed without an expiry", claimedDetails{Attempt: "att_1", Number: 2, Runner: "rnr_1", Holder: holder(a)},
+		{"claimed without an expiry", claimedDetails{Attempt: "att_1", Number: 2, Runner: "rnr_1", Holder: lease.Holder(a)},
 			map[string]any{"attempt": "att_1", "number": 2, "runner": "rnr_1", "lease_expires_at": (*time.Time)(nil), "holder": holderMap}},
-		{"ended", endedDetails{Attempt: "att_1", Number: 2, State: store.AttemptSucceeded, Holder: holder(a), RunState: store.RunSucceeded},
+		{"ended", endedDetails{Attempt: "att_1", Number: 2, State: store.AttemptSucceeded, Holder: lease.Holder(a), RunState: store.RunSucceeded},
 			map[string]any{"attempt": "att_1", "number": 2, "state": store.AttemptSucceeded, "holder": holderMap, "run_state": store.RunSucceeded}},
-		{"ended with a reason and a next attempt", endedDetails{Attempt: "att_1", Number: 2, State: store.AttemptFailed, Holder: holder(a),
+		{"ended with a reason and a next attempt", endedDetails{Attempt: "att_1", Number: 2, State: store.AttemptFailed, Holder: lease.Holder(a),
 			Reason: "exit 1", NextAttempt: "att_2", RunState: store.RunQueued},
 			map[string]any{"attempt": "att_1", "number": 2, "state": store.AttemptFailed, "holder": holderMap, "reason": "exit 1",
 				"next_attempt": "att_2", "run_state": store.RunQueued}},

@@ -213,7 +213,7 @@ func TestC8_ConcurrentClaimsOfOneAttempt(t *testing.T) {
 		require.Empty(t, errs)
 		require.NotEmpty(t, got, "one claim must win")
 		// A repeated request_id of the winning runner may get the same
-		// assignment back (with a rotated token, PROTOCOL.md); nobody else
+		// assignment back (with a rotated token, as the protocol says); nobody else
 		// may get anything.
 		winner := got[0]
 		tokens := 0

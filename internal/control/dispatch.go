@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -17,7 +16,7 @@ import (
 // false. The grants of a run that may go on are narrowed to what both
 // decisions grant: a policy change can take access away at dispatch, never
 // add it.
-func (s *Service) recheck(ctx context.Context, tx store.Tx, cats catalogMemo, r *store.Run, a *store.Attempt) (bool, error) {
+func (s *Service) recheck(ctx context.Context, tx store.Tx, cats catalogMemo, r *store.Run, a *store.Attempt, bound bool) (bool, error) {
 	if s.defs == nil {
 		return true, nil
 	}
@@ -27,7 +26,7 @@ func (s *Service) recheck(ctx context.Context, tx store.Tx, cats catalogMemo, r 
 	}
 	now := *a.ClaimedAt
 	var dispatch Decision
-	cat, err := cats.resolve(ctx, s.defs, r.Channel, s.refFor(r))
+	cat, err := s.dispatchCatalog(ctx, cats, r, bound)
 	if err != nil {
 		// Fail closed: with no definitions in force nothing is authorized.
 		dispatch = Decision{Explanation: "denied at dispatch: the channel's definitions are unavailable: " + err.Error()}
@@ -111,6 +110,28 @@ func (m catalogMemo) resolve(ctx context.Context, defs Definitions, channel, ref
 	return cat, err
 }
 
+// dispatchCatalog is the catalog whose policies re-check a run at dispatch:
+// the tenant's own definitions when its integration serves it some (a
+// GitHub installation's .jobplane), else the server's channel. bound is
+// whether the tenant belongs to an integration at all: the others cost no
+// lookup.
+func (s *Service) dispatchCatalog(ctx context.Context, cats catalogMemo, r *store.Run, bound bool) (Catalog, error) {
+	if bound && s.tenants != nil {
+		k := [2]string{"\x00tenant " + r.Tenant, r.Channel}
+		res, ok := cats[k]
+		if !ok {
+			res.cat, res.err = s.tenants.DispatchCatalog(ctx, r.Tenant, r.Channel)
+			if cats != nil {
+				cats[k] = res
+			}
+		}
+		if res.err != nil || res.cat != nil {
+			return res.cat, res.err
+		}
+	}
+	return cats.resolve(ctx, s.defs, r.Channel, s.refFor(r))
+}
+
 // requestPart is what the re-check at dispatch reads of the request's
 // decision.
 type requestPart struct {
@@ -161,7 +182,7 @@ func readRecordDecoded(stored json.RawMessage) (json.RawMessage, requestPart, er
 }
 
 // recordWith is the decision record of request (as readRecord returned it)
-// and dispatch: what encoding decisionRecord{request, &dispatch} gives, up
+// and dispatch: what encoding protocol.DecisionRecord{request, &dispatch} gives, up
 // to the request's spacing and key order.
 func recordWith(request json.RawMessage, dispatch Decision) (json.RawMessage, error) {
 	d, err := json.Marshal(dispatch)
@@ -191,107 +212,6 @@ func narrowGrants(a, b map[string]string) map[string]string {
 	return out
 }
 
-// Long-polling claims wait in line, one line per claim scope (tenant, pool
-// and labels: runners that could take the same attempts). Only the head of a
-// line watches for new work — the store's wake signal and, because retries
-// become due with time rather than with a notification, a one-second look.
-// A waiter that claims something pokes the next two waiters of its line, so
-// that a burst of W new runs is handed out in about log2(W) rounds, and a
-// waiter that finds nothing stops the chain. Waking is thus proportional to
-// the work, not to the number of runners waiting: 10,000 idle runners cost
-// one look a second per scope instead of 10,000, and one new run wakes a
-// few of them instead of all. Lines are per scope, so a busy tenant or pool
-// never holds up another's runners, and in arrival order, so runners of
-// one scope get work first come, first served.
-
-type claimWaiter struct {
-	poke   chan struct{} // buffered: "look now"
-	trying bool
-}
-
-type claimLines struct {
-	mu    sync.Mutex
-	lines map[string][]*claimWaiter
-}
-
-func (d *claimLines) join(scope string) *claimWaiter {
-	w := &claimWaiter{poke: make(chan struct{}, 1), trying: true}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.lines == nil {
-		d.lines = map[string][]*claimWaiter{}
-	}
-	d.lines[scope] = append(d.lines[scope], w)
-	return w
-}
-
-// leave removes w; a new head is poked so that it starts watching.
-func (d *claimLines) leave(scope string, w *claimWaiter) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	line := d.lines[scope]
-	i := slices.Index(line, w)
-	if i < 0 {
-		return
-	}
-	line = slices.Delete(line, i, i+1)
-	if len(line) == 0 {
-		delete(d.lines, scope)
-		return
-	}
-	d.lines[scope] = line
-	if i == 0 {
-		pokeLocked(line[0])
-	}
-}
-
-func (d *claimLines) setTrying(w *claimWaiter, v bool) {
-	d.mu.Lock()
-	w.trying = v
-	d.mu.Unlock()
-}
-
-func (d *claimLines) isHead(scope string, w *claimWaiter) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	line := d.lines[scope]
-	return len(line) > 0 && line[0] == w
-}
-
-// pokeNext pokes the first n waiters of the line that are not already
-// looking.
-func (d *claimLines) pokeNext(scope string, n int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, w := range d.lines[scope] {
-		if n == 0 {
-			return
-		}
-		if !w.trying {
-			pokeLocked(w)
-			n--
-		}
-	}
-}
-
-func pokeLocked(w *claimWaiter) {
-	select {
-	case w.poke <- struct{}{}:
-	default:
-	}
-}
-
 // ClaimsWaiting reports how many long-polling claims are waiting on this
 // server now.
-func (s *Service) ClaimsWaiting() int { return s.lines.waiting() }
-
-// waiting reports how many claims wait in all lines.
-func (d *claimLines) waiting() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	for _, l := range d.lines {
-		n += len(l)
-	}
-	return n
-}
+func (s *Service) ClaimsWaiting() int { return s.lines.Waiting() }

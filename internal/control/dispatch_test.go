@@ -13,48 +13,6 @@ import (
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
 
-// TestClaimLines: only the head watches; a successful claimer pokes the next
-// two waiters that are not looking; a leaving head pokes its successor.
-func TestClaimLines(t *testing.T) {
-	var d claimLines
-	ws := make([]*claimWaiter, 4)
-	for i := range ws {
-		ws[i] = d.join("s")
-		d.setTrying(ws[i], false)
-	}
-	other := d.join("o")
-	d.setTrying(other, false)
-	require.True(t, d.isHead("s", ws[0]))
-	require.False(t, d.isHead("s", ws[1]))
-	require.Equal(t, 5, d.waiting())
-
-	poked := func(w *claimWaiter) bool {
-		select {
-		case <-w.poke:
-			return true
-		default:
-			return false
-		}
-	}
-	d.setTrying(ws[0], true)
-	d.pokeNext("s", 2)
-	require.False(t, poked(ws[0]), "a waiter already looking is not poked")
-	require.True(t, poked(ws[1]))
-	require.True(t, poked(ws[2]))
-	require.False(t, poked(ws[3]))
-	require.False(t, poked(other), "another scope's line is not poked")
-
-	d.leave("s", ws[0])
-	require.True(t, d.isHead("s", ws[1]))
-	require.True(t, poked(ws[1]), "the new head is poked so that it starts watching")
-	d.leave("s", ws[2])
-	require.False(t, poked(ws[1]) || poked(ws[3]), "leaving from the middle pokes nobody")
-	d.leave("s", ws[1])
-	d.leave("s", ws[3])
-	d.leave("o", other)
-	require.Equal(t, 0, d.waiting())
-}
-
 // TestLongPollBurst: runs requested while runners wait in long polls are
 // handed out, each to exactly one waiter, through the claim lines (only the
 // head watches; each successful claimer pokes the next), and the other

@@ -269,7 +269,7 @@ func TestBreakGlassLockOrder(t *testing.T) {
 		asg, err := e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
 		require.NoError(t, err)
 		require.NotNil(t, asg)
-		_, err = e.a.ReleaseLease(e.ctx(), e.actor, "deploy-bg", "stuck deploy")
+		_, err = e.a.Leases().ForceRelease(e.ctx(), e.actor, "deploy-bg", "stuck deploy")
 		require.NoError(t, err)
 		rec.mu.Lock()
 		defer rec.mu.Unlock()

@@ -1,6 +1,6 @@
 package control
 
-// Run lease acceptance cases of RELIABILITY.md (L1, L2, L3, L6/L7, L8, L11)
+// Run lease acceptance cases (L1, L2, L3, L6/L7, L8, L11)
 // on the control service. L4, L5, L9 and L10 are process-level or worker
 // cases (internal/e2e/leases_test.go covers the worker SIGKILL and the two
 // replicas; the rest is listed as left out in the report).
@@ -158,7 +158,7 @@ func TestL2_RefusedLeaseOperations(t *testing.T) {
 		require.ErrorIs(t, err, protocol.ErrAttemptStale)
 		_, err = e.b.Result(e.ctx(), call(other, asg), succeeded())
 		require.ErrorIs(t, err, protocol.ErrAttemptStale)
-		ok, _, err := e.a.VerifyLease(e.ctx(), testTenant, "l2-key", tok1)
+		ok, _, err := e.a.Leases().Verify(e.ctx(), testTenant, "l2-key", tok1)
 		require.NoError(t, err)
 		require.True(t, ok, "the holder is untouched")
 
@@ -168,7 +168,7 @@ func TestL2_RefusedLeaseOperations(t *testing.T) {
 		require.ErrorIs(t, err, protocol.ErrLeaseExpired)
 		_, err = e.a.Result(e.ctx(), call(holder, asg), succeeded())
 		require.ErrorIs(t, err, protocol.ErrLeaseExpired)
-		ok, _, err = e.a.VerifyLease(e.ctx(), testTenant, "l2-key", tok1)
+		ok, _, err = e.a.Leases().Verify(e.ctx(), testTenant, "l2-key", tok1)
 		require.NoError(t, err)
 		require.False(t, ok, "an expired hold is not current")
 		n, err := e.b.Reap(e.ctx())
@@ -292,7 +292,7 @@ func TestL3_CommitFaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, holds, 1)
 		require.Equal(t, newer.AttemptID, holds[0].AttemptID)
-		ok, _, err := e.a.VerifyLease(e.ctx(), testTenant, "l3-key", tokenOf(newer, "l3-key"))
+		ok, _, err := e.a.Leases().Verify(e.ctx(), testTenant, "l3-key", tokenOf(newer, "l3-key"))
 		require.NoError(t, err)
 		require.True(t, ok)
 	})
@@ -365,7 +365,7 @@ func TestL6_L7_AcquirerBlockedOnKeyRow(t *testing.T) {
 	var stored time.Time
 	require.NoError(t, raw.QueryRow(`SELECT lease_expires_at FROM attempts WHERE id = $1`, r.asg.AttemptID).Scan(&stored))
 	require.False(t, stored.Before(released.Add(ttl-eps)), "L6: stored expiry %s, lock released at %s", stored, released)
-	ok, _, err := svc.VerifyLease(e.ctx(), testTenant, "l6-key", tokenOf(r.asg, "l6-key"))
+	ok, _, err := svc.Leases().Verify(e.ctx(), testTenant, "l6-key", tokenOf(r.asg, "l6-key"))
 	require.NoError(t, err)
 	require.True(t, ok, "the grant is current when it arrives")
 }

@@ -110,7 +110,7 @@ func TestStrandedWaiterIsWoken(t *testing.T) {
 		asg, err := e.a.Claim(e.ctx(), call(rn, nil), &protocol.ClaimRequest{})
 		require.NoError(t, err)
 		require.Nil(t, asg, "the key is held")
-		n, err := e.a.WakeStrandedWaiters(e.ctx())
+		n, err := e.a.Leases().WakeStrandedWaiters(e.ctx())
 		require.NoError(t, err)
 		require.Zero(t, n, "the key is held: its waiter stays")
 
@@ -127,7 +127,7 @@ func TestStrandedWaiterIsWoken(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, asg, "stranded")
 
-		n, err = e.a.WakeStrandedWaiters(e.ctx())
+		n, err = e.a.Leases().WakeStrandedWaiters(e.ctx())
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		got := e.claim(e.a, rn, "")

@@ -1,6 +1,6 @@
 package control
 
-// Linearizability of run leases (RELIABILITY.md L1, checker P): concurrent
+// Linearizability of run leases (acceptance case L1, checker P): concurrent
 // clients on two control planes sharing one store acquire keys by claiming
 // attempts, renew them, release them with a result, and let them expire
 // while a clock goroutine advances the fake clock and reaps. Every operation
@@ -736,7 +736,7 @@ func attemptKeyFn(t *testing.T, st store.Store) func(string) string {
 		require.NoError(t, err)
 		r, err := st.RunGetByID(context.Background(), a.RunID, false)
 		require.NoError(t, err)
-		keys, err := runKeys(r)
+		keys, err := lease.RunKeys(r)
 		require.NoError(t, err)
 		require.Len(t, keys, 1)
 		cache[attemptID] = keys[0].Key

@@ -16,6 +16,7 @@ func newAttempt(run *store.Run, spec Spec, number int, now, notBefore time.Time)
 		State: store.AttemptQueued, Pool: spec.Pool, Labels: spec.Labels,
 		LeaseTTL: time.Duration(spec.LeaseTTL), Timeout: time.Duration(spec.Timeout),
 		NotBefore: notBefore, CreatedAt: now, Repo: spec.Repo, ManagedOnly: spec.SafeMode,
+		Needs: attemptNeeds(run, spec),
 	}
 }
 

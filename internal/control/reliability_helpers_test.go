@@ -1,6 +1,6 @@
 package control
 
-// Shared helpers of the reliability acceptance tests (RELIABILITY.md, cases
+// Shared helpers of the reliability acceptance tests (cases
 // C1–C11). The service is driven directly, without HTTP: runners are store
 // rows and signed calls are *authn.SignedCall values, because the signature
 // layer is tested on its own (internal/authn, internal/api).

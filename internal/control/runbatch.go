@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
@@ -62,7 +63,7 @@ func (s *Service) requestRuns(ctx context.Context, actor principal.Actor, reqs [
 	prepared := make([]*preparedRun, len(reqs))
 	batch := &requestBatch{catalogs: map[[2]string]Catalog{}}
 	for i := range reqs {
-		p, v, err := s.prepareRun(ctx, actor, &reqs[i], requestOrigin{}, batch)
+		p, v, err := s.prepareRun(ctx, actor, &reqs[i], RequestOrigin{}, batch)
 		switch {
 		case protocol.IsRefusal(err):
 			out[i].Err = err
@@ -80,10 +81,10 @@ func (s *Service) requestRuns(ctx context.Context, actor principal.Actor, reqs [
 		var keys [][]store.LeaseKey
 		for _, p := range prepared {
 			if p != nil && p.decision.Allowed {
-				keys = append(keys, lockedByCheck(p.keys))
+				keys = append(keys, lease.CheckedKeys(p.keys))
 			}
 		}
-		if err := s.lockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
+		if err := s.leases.LockKeysFirst(ctx, tx, actor.TenantID, keys); err != nil {
 			return err
 		}
 		w := newRunWrites(tx)

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/crosstenant"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/lease"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -20,80 +22,23 @@ import (
 // MaxClaimWait bounds a claim's long poll.
 const MaxClaimWait = 30 * time.Second
 
-// Register turns a registration token into a runner identity.
-func (s *Service) Register(ctx context.Context, regToken string, req *protocol.RegisterRequest) (*store.Runner, error) {
-	if _, err := protocol.DecodePublicKey(req.PublicKey); err != nil {
-		return nil, protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
-	}
-	if len(req.Name) > 200 || len(req.Version) > 100 || len(req.Labels) > 64 {
-		return nil, fmt.Errorf("name, version or labels too long: %w", protocol.ErrBadRequest)
-	}
-	name := req.Name
-	if name == "" {
-		name = "runner"
-	}
-	var runner *store.Runner
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
-		// The token is what tells the tenant: only its lookup is cross-tenant.
-		tok, err := tx.RegTokenUse(store.WithSystem(ctx, "runner registration"), authn.Digest(regToken), s.clock.NowOrNil())
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("registration token unknown, used or expired: %w", protocol.ErrRegistrationTokenInvalid)
-		}
-		if err != nil {
-			return err
-		}
-		ctx := store.WithTenant(ctx, tok.Tenant)
-		labels := req.Labels
-		if len(tok.Labels) > 0 {
-			for _, l := range req.Labels {
-				if !slices.Contains(tok.Labels, l) {
-					return fmt.Errorf("label %q is not allowed by the registration token (allowed: %v): %w", l, tok.Labels, protocol.ErrBadRequest)
-				}
-			}
-			labels = tok.Labels
-		}
-		now, err := tx.Now(ctx, s.clock.NowOrNil())
-		if err != nil {
-			return err
-		}
-		pub, _ := protocol.DecodePublicKey(req.PublicKey)
-		runner = &store.Runner{
-			ID: id.New(id.Runner, now), Tenant: tok.Tenant, Pool: tok.Pool, Name: name,
-			Labels: normLabels(labels), PublicKey: req.PublicKey, KeyFingerprint: protocol.SHA256Hex(pub)[:16],
-			Status: store.RunnerActive, SelfHosted: tok.SelfHosted, AllowedRepos: tok.AllowedRepos,
-			Version: req.Version, LastSeenAt: &now, CreatedAt: now,
-		}
-		if err := tx.RunnerCreate(ctx, runner); err != nil {
-			return err
-		}
-		return s.audit(ctx, tx, runner.Tenant, "runner:"+runner.ID, "runner.registered", runner.ID, map[string]any{"name": name, "pool": runner.Pool, "labels": runner.Labels, "key_fingerprint": runner.KeyFingerprint})
-	})
-	s.runnerLists.invalidate()
-	if err != nil {
-		return nil, store.Refusal(err)
-	}
-	return runner, nil
-}
-
-func normLabels(l []string) []string {
-	out := slices.Clone(l)
-	slices.Sort(out)
-	out = slices.Compact(out)
-	if out == nil {
-		out = []string{}
-	}
-	return out
-}
-
 // Heartbeat reports which of the runner's attempts it must stop: those no
 // longer leased to it and those whose run was cancelled.
-func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *protocol.HeartbeatRequest) (*protocol.HeartbeatResponse, error) {
+func (s *Service) Heartbeat(ctx context.Context, call *principal.RunnerCall, req *protocol.HeartbeatRequest) (*protocol.HeartbeatResponse, error) {
 	if req.Status != "idle" && req.Status != "busy" && req.Status != "" {
 		return nil, fmt.Errorf("status must be idle or busy: %w", protocol.ErrBadRequest)
 	}
 	if len(req.Attempts) > 1000 {
 		return nil, fmt.Errorf("too many attempts: %w", protocol.ErrBadRequest)
 	}
+	executor, caps, err := store.RunnerCapabilities(req.Executor, req.Capabilities)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.restate(ctx, call, executor, caps); err != nil {
+		return nil, err
+	}
+	s.runnerSeen(call.Runner)
 	now, err := s.store.Now(ctx, s.clock.NowOrNil())
 	if err != nil {
 		return nil, store.Refusal(err)
@@ -102,7 +47,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 	for _, aid := range req.Attempts {
 		a, err := s.store.AttemptGetByID(ctx, aid, false)
 		if errors.Is(err, store.ErrNotFound) {
-			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", probeTenant(ctx, s.store, "attempt", aid))
+			crosstenant.Note(ctx, call.Runner.Tenant, "attempt", crosstenant.Probe(ctx, s.store, "attempt", aid))
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
 			continue
 		}
@@ -110,7 +55,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 			return nil, store.Refusal(err)
 		}
 		if a.RunnerID != call.Runner.ID || a.State != store.AttemptLeased || !now.Before(*a.LeaseExpiresAt) {
-			noteCrossTenant(ctx, call.Runner.Tenant, "attempt", a.Tenant)
+			crosstenant.Note(ctx, call.Runner.Tenant, "attempt", a.Tenant)
 			resp.CancelAttempts = append(resp.CancelAttempts, aid)
 			continue
 		}
@@ -128,7 +73,7 @@ func (s *Service) Heartbeat(ctx context.Context, call *authn.SignedCall, req *pr
 // Claim leases the oldest eligible attempt to the runner, waiting up to
 // wait for one to appear. It returns nil when nothing became eligible. A
 // request that sets max is answered by ClaimBatch.
-func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest) (*protocol.Assignment, error) {
+func (s *Service) Claim(ctx context.Context, call *principal.RunnerCall, req *protocol.ClaimRequest) (*protocol.Assignment, error) {
 	asgs, err := s.claim(ctx, call, req, 1)
 	if len(asgs) == 0 {
 		return nil, err
@@ -140,21 +85,30 @@ func (s *Service) Claim(ctx context.Context, call *authn.SignedCall, req *protoc
 // one signed request, one long poll and one group transaction hand a runner
 // with free capacity several attempts, each with its own lease. It returns
 // as soon as at least one was claimed.
-func (s *Service) ClaimBatch(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest) ([]*protocol.Assignment, error) {
+func (s *Service) ClaimBatch(ctx context.Context, call *principal.RunnerCall, req *protocol.ClaimRequest) ([]*protocol.Assignment, error) {
 	if req.Max < 1 || req.Max > protocol.MaxClaimBatch {
 		return nil, fmt.Errorf("max must be 1..%d: %w", protocol.MaxClaimBatch, protocol.ErrBadRequest)
 	}
 	return s.claim(ctx, call, req, req.Max)
 }
 
-func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protocol.ClaimRequest, n int) ([]*protocol.Assignment, error) {
+func (s *Service) claim(ctx context.Context, call *principal.RunnerCall, req *protocol.ClaimRequest, n int) ([]*protocol.Assignment, error) {
 	if req.WaitSeconds < 0 || time.Duration(req.WaitSeconds)*time.Second > MaxClaimWait {
 		return nil, fmt.Errorf("wait_seconds must be 0..30: %w", protocol.ErrBadRequest)
 	}
 	if len(req.RequestID) > 200 {
 		return nil, fmt.Errorf("request_id too long: %w", protocol.ErrBadRequest)
 	}
-	inst, err := s.activeInstallation(ctx, call.Runner.Tenant)
+	if call.Runner.Pool == store.ActionsPool {
+		// A GitHub Actions workflow's credential is for the one attempt
+		// its exchange leased to it (docs/github.md).
+		return nil, fmt.Errorf("a GitHub Actions attempt credential cannot claim: %w", protocol.ErrForbidden)
+	}
+	if err := s.refuseWhileDraining(); err != nil {
+		return nil, err
+	}
+	s.runnerSeen(call.Runner)
+	bound, err := s.gate(ctx, call.Runner.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -167,23 +121,30 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 	// lease logic.
 	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
 	defer timer.Stop()
+	// Runners of other capabilities wait in lines of their own: the head
+	// of a line must be able to take whatever wakes it.
 	scope := (&store.AttemptClaimParams{Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
-		SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos}).Scope()
-	w := s.lines.join(scope)
-	defer s.lines.leave(scope, w)
+		SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos, Capabilities: call.Runner.Capabilities}).Scope()
+	w := s.lines.Join(scope)
+	defer s.lines.Leave(scope, w)
 	for {
 		wake := s.store.Wake()
-		s.lines.setTrying(w, true)
-		a, err := s.claimOnce(ctx, call, req.RequestID, n, inst != nil)
-		s.lines.setTrying(w, false)
+		s.lines.SetTrying(w, true)
+		a, err := s.claimOnce(ctx, call, req.RequestID, n, bound)
+		s.lines.SetTrying(w, false)
+		if errors.Is(err, errRestated) {
+			// This call's capabilities are stale, and so is its claim line:
+			// the runner's next claim waits with the current ones.
+			return nil, nil
+		}
 		if len(a) == 0 && ctx.Err() != nil {
 			// The caller left while its claim waited for a group
 			// transaction: nothing was claimed for it.
 			return nil, nil
 		}
 		if len(a) > 0 {
-			// There may be more: let the next in line look too (dispatch.go).
-			s.lines.pokeNext(scope, 2)
+			// There may be more: let the next in line look too (package claimline).
+			s.lines.PokeNext(scope, 2)
 		}
 		if len(a) > 0 || err != nil || req.WaitSeconds == 0 {
 			return a, err
@@ -191,7 +152,7 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 		var tickC <-chan time.Time
 		var storeWake <-chan struct{}
 		var tick *time.Timer
-		if s.lines.isHead(scope, w) {
+		if s.lines.IsHead(scope, w) {
 			// Retries become due with time, not with a notification: the
 			// head looks again at least every second.
 			storeWake = wake
@@ -206,7 +167,10 @@ func (s *Service) claim(ctx context.Context, call *authn.SignedCall, req *protoc
 			expired = true
 		case <-storeWake:
 		case <-tickC:
-		case <-w.poke:
+		case <-w.Poked():
+		case <-s.drain.c():
+			// The server is stopping: an idle long-poll must not hold it.
+			expired = true
 		}
 		if tick != nil {
 			tick.Stop()
@@ -234,9 +198,9 @@ func slotRequestID(requestID string, i int) string {
 // first, with what was claimed before it, and when that was nothing the
 // next eligible attempt is tried in a new transaction — so that the locks
 // taken for the refused attempt are not held while claiming the next.
-func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, requestID string, n int, github bool) ([]*protocol.Assignment, error) {
+func (s *Service) claimOnce(ctx context.Context, call *principal.RunnerCall, requestID string, n int, bound bool) ([]*protocol.Assignment, error) {
 	for {
-		asgs, revoked, err := s.claimTx(ctx, call, requestID, n, github)
+		asgs, revoked, err := s.claimTx(ctx, call, requestID, n, bound)
 		if err != nil || !revoked || len(asgs) > 0 {
 			return asgs, err
 		}
@@ -246,11 +210,11 @@ func (s *Service) claimOnce(ctx context.Context, call *authn.SignedCall, request
 // claimTx claims up to n attempts in one group transaction. One at a time
 // it stops at the first that is not handed out (revoked); a claim of
 // several takes them in one statement and hands out each that may go, and
-// reports revoked when one may not. github says the runner's tenant
-// is a GitHub installation's: its status is read again inside the claim
+// reports revoked when one may not. bound says the runner's tenant
+// is an installation's (Tenants.Gate): its status is read again inside the claim
 // transaction, so that a claim long-polling across a suspension (or a
 // deletion) hands out nothing of that tenant.
-func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID string, n int, github bool) ([]*protocol.Assignment, bool, error) {
+func (s *Service) claimTx(ctx context.Context, call *principal.RunnerCall, requestID string, n int, bound bool) ([]*protocol.Assignment, bool, error) {
 	tokens := make([]string, n)
 	for i := range tokens {
 		tokens[i] = id.Secret(32)
@@ -272,16 +236,16 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 			}
 			keys := make([][]store.LeaseKey, len(cs))
 			for i, c := range cs {
-				if keys[i], err = runKeys(c.Run); err != nil {
+				if keys[i], err = lease.RunKeys(c.Run); err != nil {
 					return err
 				}
 			}
-			if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
+			if err := s.leases.LockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 				return err
 			}
 			w, cats := newRunWrites(tx), catalogMemo{}
 			for _, c := range cs {
-				got, err := s.handOut(ctx, tx, w, cats, call, c.Attempt, c.Run, tokens[c.Slot], github)
+				got, err := s.handOut(ctx, tx, w, cats, call, c.Attempt, c.Run, tokens[c.Slot], bound)
 				if errors.Is(err, errRevoked) {
 					revoked = true
 					continue
@@ -301,7 +265,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		}
 		for len(claimed) < n {
 			slot := len(claimed)
-			c, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), github)
+			c, err := s.claimIn(ctx, tx, call, tokens[slot], slotRequestID(requestID, slot), bound)
 			if errors.Is(err, errRevoked) {
 				revoked = true
 				break
@@ -338,7 +302,7 @@ func (s *Service) claimTx(ctx context.Context, call *authn.SignedCall, requestID
 		if err != nil {
 			return nil, false, err
 		}
-		asg.Leases = fencedKeys(c.held)
+		asg.Leases = lease.FencedKeys(c.held)
 		asgs[i] = asg
 		s.observeClaim(c.attempt)
 		s.log.InfoContext(ctx, "control: attempt claimed", "run_id", asg.RunID, "attempt_id", asg.AttemptID, "runner_id", call.Runner.ID)
@@ -355,22 +319,28 @@ type claimedAttempt struct {
 	token   string
 }
 
-// errRevoked: the attempt claimed was not handed out (denied at dispatch, or
-// blocked on a lease key); its new state is part of the transaction.
+// errRevoked: the attempt claimed was not handed out (denied at dispatch,
+// its repository no longer granted, or blocked on a lease key); its new
+// state is part of the transaction.
 var errRevoked = errors.New("claimed attempt not handed out")
+
+// errRestated: the runner's stated capabilities no longer cover an attempt
+// its claim picked (see handOut); the claim's transaction rolls back and
+// the claim is answered with nothing.
+var errRestated = errors.New("the runner's capabilities changed while it claimed")
 
 // claimParams are the runner's claim parameters, with one attempt's lease
 // digest and claim request ID.
-func (s *Service) claimParams(call *authn.SignedCall, digest, requestID string) *store.AttemptClaimParams {
+func (s *Service) claimParams(call *principal.RunnerCall, digest, requestID string) *store.AttemptClaimParams {
 	return &store.AttemptClaimParams{
 		Tenant: call.Runner.Tenant, Pool: call.Runner.Pool, RunnerLabels: call.Runner.Labels,
 		RunnerID: call.Runner.ID, LeaseDigest: digest, SelfHosted: call.Runner.SelfHosted, AllowedRepos: call.Runner.AllowedRepos,
-		ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
+		Capabilities: call.Runner.Capabilities, ClaimRequestID: requestID, Now: s.clock.NowOrNil(),
 	}
 }
 
 // claimIn claims one attempt in tx: nil when none is eligible.
-func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, token, requestID string, github bool) (*claimedAttempt, error) {
+func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *principal.RunnerCall, token, requestID string, bound bool) (*claimedAttempt, error) {
 	a, r, err := tx.AttemptClaimRun(ctx, s.claimParams(call, protocol.SHA256Hex([]byte(token)), requestID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -378,33 +348,63 @@ func (s *Service) claimIn(ctx context.Context, tx store.Tx, call *authn.SignedCa
 	if err != nil {
 		return nil, err
 	}
-	return s.handOut(ctx, tx, writeNow{tx}, nil, call, a, r, token, github)
+	return s.handOut(ctx, tx, writeNow{tx}, nil, call, a, r, token, bound)
 }
 
 // handOut decides, in tx, whether an attempt just claimed goes to the
-// runner: errRevoked when it does not (denied at dispatch, or blocked on a
-// lease key), its new state then being part of tx. The update of a run
+// runner: errRevoked when it does not (denied at dispatch, its repository
+// no longer granted (withdrawn.go), or blocked on a lease key), its new state then being part of tx. The update of a run
 // handed out goes through w.
-func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats catalogMemo, call *authn.SignedCall, a *store.Attempt, r *store.Run, token string, github bool) (*claimedAttempt, error) {
-	if github {
+func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats catalogMemo, call *principal.RunnerCall, a *store.Attempt, r *store.Run, token string, bound bool) (*claimedAttempt, error) {
+	rn, err := runnerClaimable(ctx, tx, call.Runner.ID)
+	if err != nil {
+		return nil, err
+	}
+	if rn.Pool != store.ActionsPool && !rn.Capabilities.Has(a.Needs) {
+		// The claim picked the attempt with the capabilities the runner
+		// stated when it authenticated; a heartbeat has since stated
+		// fewer (a worker restarted with another executor). The claim is
+		// rolled back and answered empty: the runner's next claim is
+		// matched against what it can run now. A one-attempt runner of
+		// the GitHub Actions mode states nothing: its attempt was
+		// dispatched to it (HandOut), not picked by what it can do.
+		return nil, errRestated
+	}
+	if bound {
 		// Only after an attempt was found: an idle long-poll costs
 		// nothing more. The refusal rolls the claim back.
-		if err := installationClaimable(ctx, tx, call.Runner.Tenant); err != nil {
+		if err := s.tenants.GateTx(ctx, tx, call.Runner.Tenant); err != nil {
 			return nil, err
 		}
 	}
-	ok, err := s.recheck(ctx, tx, cats, r, a)
+	if reason, err := s.repoWithdrawn(ctx, tx, r.Tenant, a.Repo, bound); err != nil || reason != "" {
+		if err == nil {
+			err = s.endWithdrawn(ctx, tx, w, r, a, reason)
+		}
+		if err == nil {
+			err = errRevoked
+		}
+		return nil, err
+	}
+	ok, err := s.recheck(ctx, tx, cats, r, a, bound)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, errRevoked
 	}
-	held, blocked, err := s.acquireKeys(ctx, tx, r, a)
+	waited := r.WaitingFor
+	held, blocked, err := s.leases.Acquire(ctx, tx, r, a)
 	if err != nil {
 		return nil, err
 	}
 	if blocked {
+		if r.WaitingFor != waited {
+			// The Check Run says which key it now waits for.
+			if err := s.runChanged(ctx, tx, r, ""); err != nil {
+				return nil, err
+			}
+		}
 		return nil, errRevoked // try the next eligible attempt
 	}
 	if r.State == store.RunQueued {
@@ -414,13 +414,34 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats ca
 	if err := w.runUpdate(ctx, r); err != nil {
 		return nil, err
 	}
-	if err := s.recordRunCheck(ctx, tx, r, ""); err != nil {
+	if err := s.runChanged(ctx, tx, r, ""); err != nil {
 		return nil, err
 	}
-	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, claimedDetails{Attempt: a.ID, Number: a.Number, Runner: call.Runner.ID, LeaseExpiresAt: a.LeaseExpiresAt, Holder: holder(a)}); err != nil {
+	if err := s.audit(ctx, tx, r.Tenant, "runner:"+call.Runner.ID, "attempt.claimed", r.ID, claimedDetails{Attempt: a.ID, Number: a.Number, Runner: call.Runner.ID, LeaseExpiresAt: a.LeaseExpiresAt, Holder: lease.Holder(a)}); err != nil {
 		return nil, err
 	}
 	return &claimedAttempt{run: r, attempt: a, held: held, token: token}, nil
+}
+
+// runnerClaimable refuses, in the claim's transaction, a runner disabled
+// since its request was authenticated: a claim long-polls for up to
+// MaxClaimWait, and a runner disabled meanwhile must not be handed the
+// attempt that wakes it. The runner's row is locked, so a concurrent
+// disable either commits first (and is seen here) or waits for this claim
+// and then expires what it handed out. Only after an attempt was found: an
+// idle long-poll costs nothing more, and the refusal rolls the claim back.
+func runnerClaimable(ctx context.Context, tx store.Tx, runnerID string) (*store.Runner, error) {
+	rn, err := tx.RunnerGetByID(ctx, runnerID, true)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("runner %s is no longer registered: %w", runnerID, protocol.ErrRunnerDisabled)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rn.Status != store.RunnerActive {
+		return nil, fmt.Errorf("runner %s is disabled: %w", runnerID, protocol.ErrRunnerDisabled)
+	}
+	return rn, nil
 }
 
 // reclaim answers a repeated claim request: while the leases it produced are
@@ -428,7 +449,7 @@ func (s *Service) handOut(ctx context.Context, tx store.Tx, w runWriter, cats ca
 // rotated because only their digests are stored; the lost answer's tokens
 // were never seen. The attempts of a batch are claimed in slot order, so
 // when the first slot's request ID is unknown nothing was claimed.
-func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID string, n int) ([]*protocol.Assignment, error) {
+func (s *Service) reclaim(ctx context.Context, call *principal.RunnerCall, requestID string, n int) ([]*protocol.Assignment, error) {
 	var asgs []*protocol.Assignment
 	err := s.store.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		asgs = nil
@@ -455,7 +476,7 @@ func (s *Service) reclaim(ctx context.Context, call *authn.SignedCall, requestID
 // reclaimIn hands out again the attempt claimed under requestID, if its
 // lease lives: store.ErrNotFound when there is no such attempt, nil when
 // its lease ended.
-func (s *Service) reclaimIn(ctx context.Context, tx store.Tx, call *authn.SignedCall, requestID string) (*protocol.Assignment, error) {
+func (s *Service) reclaimIn(ctx context.Context, tx store.Tx, call *principal.RunnerCall, requestID string) (*protocol.Assignment, error) {
 	token := id.Secret(32)
 	a, err := tx.AttemptGetByClaimRequest(ctx, call.Runner.ID, requestID)
 	if err != nil {
@@ -494,7 +515,7 @@ func (s *Service) reclaimIn(ctx context.Context, tx store.Tx, call *authn.Signed
 			mine = append(mine, h)
 		}
 	}
-	asg.Leases = fencedKeys(mine)
+	asg.Leases = lease.FencedKeys(mine)
 	return asg, nil
 }
 
@@ -526,9 +547,11 @@ func (s *Service) assignment(r *store.Run, a *store.Attempt, token string) (*pro
 			Token: token, ExpiresAt: a.LeaseExpiresAt.UTC(), Deadline: a.Deadline.UTC(),
 			TTLSeconds: int(a.LeaseTTL / time.Second),
 		},
+		Tenant: a.Tenant,
 		Job: protocol.AssignedJob{
 			Name: r.Job, Channel: r.Channel, Commit: r.Commit, Command: spec.Command, Env: env,
 			TimeoutSeconds: int(a.Timeout / time.Second),
+			Image:          spec.Image, Resources: spec.claimResources(), Network: spec.Network, Workdir: spec.Workdir,
 		},
 		Params:     r.Params,
 		Connectors: slices.Sorted(maps.Keys(spec.Connectors)),
@@ -543,14 +566,14 @@ var errEnded = errors.New("attempt ended")
 // checkAttempt locks and returns the attempt a signed call names, refusing
 // anything that is not this runner's live lease. On an attempt that already
 // ended it returns the attempt and errEnded.
-func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *authn.SignedCall) (*store.Attempt, *store.Run, time.Time, error) {
+func (s *Service) checkAttempt(ctx context.Context, tx store.Tx, call *principal.RunnerCall) (*store.Attempt, *store.Run, time.Time, error) {
 	return s.checkAttemptRun(ctx, tx, call, true)
 }
 
 // checkAttemptRun is checkAttempt; without withRun, a live attempt's run is
 // neither read nor locked (nil), for calls that only touch the attempt (a
 // log chunk).
-func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.SignedCall, withRun bool) (*store.Attempt, *store.Run, time.Time, error) {
+func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *principal.RunnerCall, withRun bool) (*store.Attempt, *store.Run, time.Time, error) {
 	var zero time.Time
 	if call.Run == "" || call.Attempt == "" || call.Lease == "" {
 		return nil, nil, zero, fmt.Errorf("the request names no attempt (Jobplane-Run, Jobplane-Attempt and Jobplane-Lease are required): %w", protocol.ErrAttemptStale)
@@ -563,7 +586,7 @@ func (s *Service) checkAttemptRun(ctx context.Context, tx store.Tx, call *authn.
 
 // checkFound is checkAttemptRun's verdict on the attempt it read (a, with
 // its run r or nil, at now; err from the read).
-func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.SignedCall, a *store.Attempt, r *store.Run, now time.Time, err error) (*store.Attempt, *store.Run, time.Time, error) {
+func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *principal.RunnerCall, a *store.Attempt, r *store.Run, now time.Time, err error) (*store.Attempt, *store.Run, time.Time, error) {
 	var zero time.Time
 	stale := func() error {
 		return fmt.Errorf("attempt %s is not a current lease of this runner: %w", call.Attempt, protocol.ErrAttemptStale)
@@ -576,7 +599,7 @@ func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.Signe
 	}
 	if a == nil || a.RunID != call.Run || a.RunnerID != call.Runner.ID || a.Tenant != call.Runner.Tenant ||
 		!digestEqual(a.LeaseDigest, protocol.SHA256Hex([]byte(call.Lease))) {
-		refusedAttempt(ctx, tx, call, a) // crosstenant.go: MT2 audit, same answer
+		crosstenant.RefusedAttempt(ctx, tx, call, a) // MT2 audit, same answer
 		return nil, nil, zero, stale()
 	}
 	switch a.State {
@@ -600,7 +623,7 @@ func (s *Service) checkFound(ctx context.Context, tx store.Tx, call *authn.Signe
 }
 
 // Renew extends the attempt's lease by its TTL, never past its deadline.
-func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.RenewResponse, error) {
+func (s *Service) Renew(ctx context.Context, call *principal.RunnerCall) (*protocol.RenewResponse, error) {
 	var resp *protocol.RenewResponse
 	err := s.grouped.InTxNonce(ctx, call.Nonce, func(tx store.Tx) error {
 		a, r, _, err := s.checkAttempt(ctx, tx, call)
@@ -627,7 +650,7 @@ func (s *Service) Renew(ctx context.Context, call *authn.SignedCall) (*protocol.
 const MaxLogLines = 5000
 
 // AppendLogs stores a chunk of the attempt's output; a repeated seq is ignored.
-func (s *Service) AppendLogs(ctx context.Context, call *authn.SignedCall, req *protocol.LogsRequest) error {
+func (s *Service) AppendLogs(ctx context.Context, call *principal.RunnerCall, req *protocol.LogsRequest) error {
 	lines, err := logChunk(req, "")
 	if err != nil {
 		return err
@@ -661,7 +684,7 @@ func logChunk(req *protocol.LogsRequest, prefix string) ([]store.LogLine, error)
 			f := fmt.Sprintf("%slines[%d].stream", prefix, i)
 			return nil, &protocol.FieldError{Field: f, Err: fmt.Errorf("%s must be stdout, stderr or system: %w", f, protocol.ErrBadRequest)}
 		}
-		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: l.Text})
+		lines = append(lines, store.LogLine{At: l.At.UTC(), Stream: l.Stream, Text: protocol.StorableText(l.Text)})
 	}
 	return lines, nil
 }
@@ -684,7 +707,7 @@ func appendChunk(ctx context.Context, tx store.Tx, w runWriter, a *store.Attempt
 
 // Relinquish gives an attempt back: it ends relinquished and the run gets a
 // fresh attempt that does not count as a retry.
-func (s *Service) Relinquish(ctx context.Context, call *authn.SignedCall, req *protocol.RelinquishRequest) error {
+func (s *Service) Relinquish(ctx context.Context, call *principal.RunnerCall, req *protocol.RelinquishRequest) error {
 	if len(req.Reason) > 1000 {
 		return fmt.Errorf("reason too long: %w", protocol.ErrBadRequest)
 	}
@@ -714,7 +737,7 @@ func (a resultRecord) same(b resultRecord) bool {
 
 // Result records an attempt's terminal outcome. The same result again is
 // acknowledged; a different one is a conflict.
-func (s *Service) Result(ctx context.Context, call *authn.SignedCall, req *protocol.ResultRequest) (*protocol.ResultResponse, error) {
+func (s *Service) Result(ctx context.Context, call *principal.RunnerCall, req *protocol.ResultRequest) (*protocol.ResultResponse, error) {
 	in, err := prepareResult(req)
 	if err != nil {
 		return nil, err
@@ -757,7 +780,7 @@ type ResultOutcome struct {
 // artifacts not its own) is refused on its own and the others are
 // recorded; an invalid item refuses the whole call, and nothing is
 // recorded. The items name their attempts: the call itself names none.
-func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *protocol.ResultsRequest) ([]ResultOutcome, error) {
+func (s *Service) Results(ctx context.Context, call *principal.RunnerCall, req *protocol.ResultsRequest) ([]ResultOutcome, error) {
 	ins, calls, err := prepareResults(call, req)
 	if err != nil {
 		return nil, err
@@ -805,13 +828,13 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 				out[i].RunState = ack.RunState
 				continue
 			}
-			ks, err := runKeys(r)
+			ks, err := lease.RunKeys(r)
 			if err != nil {
 				return err
 			}
 			checks[i], keys = &checked{a: a, r: r, now: now}, append(keys, ks)
 		}
-		if err := s.lockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
+		if err := s.leases.LockKeysFirst(ctx, tx, call.Runner.Tenant, keys); err != nil {
 			return err
 		}
 		written := map[string]string{} // run ID → its state after an item's write
@@ -841,7 +864,7 @@ func (s *Service) Results(ctx context.Context, call *authn.SignedCall, req *prot
 // prepareResults checks a results call outside any transaction: each item
 // as Result checks its body, and each gets the signed call it would have
 // been alone, naming its attempt with its lease token.
-func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*resultInput, []*authn.SignedCall, error) {
+func prepareResults(call *principal.RunnerCall, req *protocol.ResultsRequest) ([]*resultInput, []*principal.RunnerCall, error) {
 	if call.Run != "" || call.Attempt != "" || call.Lease != "" {
 		return nil, nil, fmt.Errorf("a results call names its attempts in its items, not in the Jobplane-Run, Jobplane-Attempt and Jobplane-Lease headers: %w", protocol.ErrBadRequest)
 	}
@@ -849,7 +872,7 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 		return nil, nil, fmt.Errorf("results must hold 1 to %d items, not %d: %w", protocol.MaxResultsBatch, len(req.Results), protocol.ErrBadRequest)
 	}
 	ins := make([]*resultInput, len(req.Results))
-	calls := make([]*authn.SignedCall, len(req.Results))
+	calls := make([]*principal.RunnerCall, len(req.Results))
 	seen := make(map[string]int, len(req.Results))
 	for i := range req.Results {
 		it := &req.Results[i]
@@ -865,7 +888,7 @@ func prepareResults(call *authn.SignedCall, req *protocol.ResultsRequest) ([]*re
 			return nil, nil, itemError("results", i, err)
 		}
 		ins[i] = in
-		calls[i] = &authn.SignedCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}
+		calls[i] = &principal.RunnerCall{Runner: call.Runner, Run: it.RunID, Attempt: it.AttemptID, Lease: it.LeaseToken, Body: call.Body, Nonce: call.Nonce}
 	}
 	return ins, calls, nil
 }
@@ -890,6 +913,7 @@ func prepareResult(req *protocol.ResultRequest) (*resultInput, error) {
 	if req.Outcome == "failed" {
 		in.state = store.AttemptFailed
 	}
+	req.Summary = protocol.StorableText(req.Summary)
 	in.rec = resultRecord{Outcome: req.Outcome, ExitCode: req.ExitCode, Summary: req.Summary, Artifacts: req.Artifacts, RequestID: req.RequestID}
 	if in.rec.Artifacts == nil {
 		in.rec.Artifacts = []string{}
@@ -912,7 +936,7 @@ func prepareResult(req *protocol.ResultRequest) (*resultInput, error) {
 // found, when not nil, holds the attempts a results call read (and locked)
 // ahead, with their runs, in one statement for all its items
 // (store.AttemptsForCall); an attempt not in it does not exist.
-func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.SignedCall, in *resultInput, found map[string]*store.CallRows) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
+func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *principal.RunnerCall, in *resultInput, found map[string]*store.CallRows) (a *store.Attempt, r *store.Run, now time.Time, ack *protocol.ResultResponse, err error) {
 	switch f := found[call.Attempt]; {
 	case found == nil:
 		a, r, now, err = s.checkAttempt(ctx, tx, call)
@@ -939,7 +963,7 @@ func (s *Service) resultCheck(ctx context.Context, tx store.Tx, call *authn.Sign
 
 // resultWrite records a checked result: its log chunk, then the attempt's
 // end.
-func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w runWriter, call *authn.SignedCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
+func (s *Service) resultWrite(ctx context.Context, tx store.Tx, w runWriter, call *principal.RunnerCall, in *resultInput, a *store.Attempt, r *store.Run, now time.Time) (*protocol.ResultResponse, error) {
 	if in.req.Logs != nil {
 		// Before the attempt ends: a log follower that sees the run
 		// finished has seen its last lines.
@@ -970,9 +994,9 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *s
 		if err != nil {
 			return nil, err
 		}
-		return newAttempt(r, spec, a.Number+1, now, notBefore(spec)), nil
+		return s.newAttempt(r, spec, a.Number+1, now, notBefore(spec)), nil
 	}
-	details := endedDetails{Attempt: a.ID, Number: a.Number, State: state, Holder: holder(a), Reason: reason}
+	details := endedDetails{Attempt: a.ID, Number: a.Number, State: state, Holder: lease.Holder(a), Reason: reason}
 	var next *store.Attempt
 	switch {
 	case state == store.AttemptSucceeded:
@@ -1004,7 +1028,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *s
 		if err := tx.AttemptUpdate(ctx, a); err != nil {
 			return err
 		}
-		if err := s.releaseKeys(ctx, tx, r, a); err != nil {
+		if err := s.leases.Release(ctx, tx, r, a); err != nil {
 			return err
 		}
 		r.State = store.RunQueued
@@ -1023,7 +1047,7 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *s
 		// The attempt's row is locked already: its update can wait for
 		// the run's, and the two go in one statement. Releasing the keys
 		// reads neither row.
-		if err := s.releaseKeys(ctx, tx, r, a); err != nil {
+		if err := s.leases.Release(ctx, tx, r, a); err != nil {
 			return err
 		}
 		// Log followers learn the run ended. An end that unblocks waiters
@@ -1035,36 +1059,11 @@ func (s *Service) endAttempt(ctx context.Context, tx store.Tx, w runWriter, r *s
 			return err
 		}
 	}
-	if err := s.recordRunCheck(ctx, tx, r, reason); err != nil {
+	if err := s.runChanged(ctx, tx, r, reason); err != nil {
 		return err
 	}
 	details.RunState = r.State
 	return s.audit(ctx, tx, r.Tenant, actor, "attempt."+string(state), r.ID, details)
-}
-
-// RotateKey replaces the runner's public key; the old key stops working at once.
-func (s *Service) RotateKey(ctx context.Context, call *authn.SignedCall, req *protocol.RotateKeyRequest) error {
-	pub, err := protocol.DecodePublicKey(req.PublicKey)
-	if err != nil {
-		return protocol.Refused(protocol.ErrBadRequest, fmt.Errorf("public_key: %w", err))
-	}
-	defer s.runnerLists.invalidate()
-	return store.Refusal(s.store.InTx(ctx, func(tx store.Tx) error {
-		rn, err := tx.RunnerGetByID(ctx, call.Runner.ID, true)
-		if err != nil {
-			return err
-		}
-		if rn.PublicKey != call.Runner.PublicKey {
-			return fmt.Errorf("the signing key was rotated concurrently: %w", protocol.ErrSignatureInvalid)
-		}
-		old := rn.KeyFingerprint
-		rn.PublicKey = req.PublicKey
-		rn.KeyFingerprint = protocol.SHA256Hex(pub)[:16]
-		if err := tx.RunnerUpdate(ctx, rn); err != nil {
-			return err
-		}
-		return s.audit(ctx, tx, rn.Tenant, "runner:"+rn.ID, "runner.key_rotated", rn.ID, map[string]any{"old_fingerprint": old, "new_fingerprint": rn.KeyFingerprint})
-	}))
 }
 
 // Reap expires leased attempts whose lease ran out and applies their retry
@@ -1111,11 +1110,4 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// PurgeNonces forgets nonces past their retention.
-func (s *Service) PurgeNonces(ctx context.Context) (int, error) {
-	ctx = store.WithSystem(ctx, "nonce purge") // cross-tenant by nature (docs/operations.md)
-	n, err := s.store.NoncePurge(ctx, s.clock.NowOrNil())
-	return n, store.Refusal(err)
 }

@@ -45,24 +45,31 @@ var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
 // RequestRun authorizes and records a run request. created is false when an
 // earlier request with the same idempotency key is returned.
 func (s *Service) RequestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest) (view *RunView, created bool, err error) {
-	return s.requestRun(ctx, actor, req, requestOrigin{})
+	return s.RequestRunFrom(ctx, actor, req, RequestOrigin{})
 }
 
-// requestOrigin is how an internal caller (the scheduler) requests a run:
-// the window its lease keys render with (zero: now) and its source (nil:
-// an API request). Ref and commit are added to the source.
-type requestOrigin struct {
+// RequestOrigin is how a caller other than the API (the scheduler, the
+// GitHub App) requests a run: the window its lease keys render with (zero:
+// now) and its source (nil: an API request). Ref and commit are added to
+// the source.
+type RequestOrigin struct {
 	Window time.Time
 	Source map[string]any
 	// Catalog, when set, is the catalog to request from instead of the
 	// channel's (a GitHub tenant's definitions).
 	Catalog Catalog
-	// GitHub, when set, makes the run a GitHub run: it gets a Check Run,
-	// the repository and commit to build, and safe mode when untrusted.
-	GitHub *githubRunOrigin
+	// Pin, when set, adjusts the spec and decision once the request is
+	// decided (a pull request's run: the repository and commit to build,
+	// and safe mode when untrusted).
+	Pin func(spec *Spec, d *Decision)
+	// Recorded, when set, is called in the request's transaction once the
+	// run is written (a pull request's run opens its Check Run).
+	Recorded func(ctx context.Context, tx store.Tx, run *store.Run) error
 }
 
-func (s *Service) requestRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin) (view *RunView, created bool, err error) {
+// RequestRunFrom is RequestRun for a request of another origin: it
+// authorizes and records the run the same way.
+func (s *Service) RequestRunFrom(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin RequestOrigin) (view *RunView, created bool, err error) {
 	if err := checkRunRequest(req); err != nil {
 		return nil, false, err
 	}
@@ -112,7 +119,7 @@ type preparedRun struct {
 	spec     Spec
 	keys     []store.LeaseKey
 	decision Decision
-	github   *githubRunOrigin
+	recorded func(ctx context.Context, tx store.Tx, run *store.Run) error
 	attID    string         // the first attempt's, should the run be queued
 	att      *store.Attempt // set by writeRun for a queued run
 }
@@ -129,7 +136,7 @@ type requestBatch struct {
 // prepareRun resolves, validates and decides a checked run request. It
 // returns the earlier run instead when the request's idempotency key names
 // one.
-func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin requestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
+func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *protocol.RunRequest, origin RequestOrigin, batch *requestBatch) (*preparedRun, *RunView, error) {
 	if req.IdempotencyKey != "" {
 		if v, err := s.byIdempotencyKey(ctx, actor, req); v != nil || err != nil {
 			return nil, v, err
@@ -140,14 +147,14 @@ func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *pr
 		cat = batch.catalogs[[2]string{req.Channel, req.Ref}]
 	}
 	if cat == nil {
-		inst, err := s.activeInstallation(ctx, actor.TenantID)
-		if err != nil {
-			return nil, nil, err
-		}
-		if cat, err = s.tenantCatalog(ctx, inst, req.Channel); err != nil {
-			return nil, nil, err
+		if s.tenants != nil {
+			var err error
+			if cat, err = s.tenants.RequestCatalog(ctx, actor.TenantID, req.Channel); err != nil {
+				return nil, nil, err
+			}
 		}
 		if cat == nil {
+			var err error
 			if s.defs == nil {
 				return nil, nil, fmt.Errorf("no definitions repository configured: %w", protocol.ErrCatalogUnavailable)
 			}
@@ -202,11 +209,11 @@ func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *pr
 		Job: req.Job, Channel: req.Channel, Actor: actor.Name, ActorKind: actor.Kind, Params: params,
 		Ref: Ref{Branch: ref, Protected: cat.Protected(), Commit: cat.Commit()}, Source: source, Now: now,
 	})
-	if origin.GitHub != nil {
-		origin.GitHub.pin(&spec, &decision)
+	if origin.Pin != nil {
+		origin.Pin(&spec, &decision)
 	}
 	s.observeDecision("request", decision)
-	decisionJSON, err := json.Marshal(decisionRecord{Request: decision})
+	decisionJSON, err := json.Marshal(protocol.DecisionRecord{Request: decision})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,7 +247,7 @@ func (s *Service) prepareRun(ctx context.Context, actor principal.Actor, req *pr
 	default:
 		run.State = store.RunQueued
 	}
-	return &preparedRun{actor: actor, run: run, spec: spec, keys: keys, decision: decision, github: origin.GitHub, attID: attID}, nil, nil
+	return &preparedRun{actor: actor, run: run, spec: spec, keys: keys, decision: decision, recorded: origin.Recorded, attID: attID}, nil, nil
 }
 
 // writeRun records a prepared run in tx: its row, its first attempt when
@@ -264,26 +271,26 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w runWriter, p *pre
 			return err
 		}
 		run.FinishedAt = &t
-	} else if err := s.checkKeys(ctx, tx, run.Tenant, p.keys); err != nil {
+	} else if err := s.leases.Check(ctx, tx, run.Tenant, p.keys); err != nil {
 		return err
 	}
 	run.CreatedAt, run.UpdatedAt = t, t
 	if run.State == store.RunQueued {
 		// The run and its first attempt in one statement, at the
 		// run's time (a round trip less on PostgreSQL).
-		att := newAttempt(run, p.spec, 1, t, t)
+		att := s.newAttempt(run, p.spec, 1, t, t)
 		att.ID = p.attID
 		create := tx.RunCreateQueued
-		if len(p.keys) == 0 && p.github == nil {
+		if len(p.keys) == 0 && p.recorded == nil {
 			// Nothing later in the transaction reads the run: no key
-			// check looks for it, no Check Run row refers to it.
+			// check looks for it, no row of an origin refers to it.
 			create = w.runCreateQueued
 		}
 		if err := create(ctx, run, att); err != nil {
 			return err
 		}
 		p.att = att
-		if err := s.openRunCheck(ctx, tx, run, p.github); err != nil {
+		if err := p.record(ctx, tx, s.checked(ctx, tx, run)); err != nil {
 			return err
 		}
 		if err := tx.WakeClaimers(ctx); err != nil {
@@ -294,7 +301,7 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w runWriter, p *pre
 	if err := tx.RunCreate(ctx, run); err != nil {
 		return err
 	}
-	if err := s.openRunCheck(ctx, tx, run, p.github); err != nil {
+	if err := p.record(ctx, tx, run); err != nil {
 		return err
 	}
 	if !decision.Allowed {
@@ -302,6 +309,15 @@ func (s *Service) writeRun(ctx context.Context, tx store.Tx, w runWriter, p *pre
 	}
 	// Pending approval: the attempt comes with the approval.
 	return s.audit(ctx, tx, run.Tenant, p.actor.Name, "run.requested", run.ID, map[string]any{"job": run.Job, "channel": run.Channel, "commit": run.Commit, "waiting_for": run.WaitingFor, "decision": "needs_approval", "rule": decision.Rule})
+}
+
+// record calls the origin's Recorded hook, if any, in tx, with run as
+// the Check Run shows it (Service.checked).
+func (p *preparedRun) record(ctx context.Context, tx store.Tx, run *store.Run) error {
+	if p.recorded == nil {
+		return nil
+	}
+	return p.recorded(ctx, tx, run)
 }
 
 // requested answers a committed run request: the run as its transaction
@@ -335,7 +351,7 @@ func (s *Service) byIdempotencyKey(ctx context.Context, actor principal.Actor, r
 		return nil, fmt.Errorf("idempotency key %q was used for run %s with another job, channel or parameters: %w", req.IdempotencyKey, r.ID, protocol.ErrIdempotencyConflict)
 	}
 	if r.State == store.RunDenied {
-		var d decisionRecord
+		var d protocol.DecisionRecord
 		_ = json.Unmarshal(r.Decision, &d)
 		return nil, &DeniedError{RunID: r.ID, Decision: d.Request}
 	}
@@ -389,13 +405,6 @@ func (s *Service) view(ctx context.Context, q store.Queries, runID string) (*Run
 	v := &RunView{Run: r, Attempts: atts, Approvals: apps}
 	s.explainWait(ctx, q, v)
 	return v, nil
-}
-
-// decisionRecord is what a run keeps of its authorization: the decision at
-// request time and, once dispatched, the one re-evaluated at claim.
-type decisionRecord struct {
-	Request  Decision  `json:"request"`
-	Dispatch *Decision `json:"dispatch,omitempty"`
 }
 
 func grantsOrEmpty(g map[string]string) map[string]string {
@@ -521,7 +530,7 @@ func (s *Service) CancelRun(ctx context.Context, actor principal.Actor, runID st
 		if err := tx.RunUpdate(ctx, r); err != nil {
 			return err
 		}
-		if err := s.recordRunCheck(ctx, tx, r, "cancelled by "+actor.Name); err != nil {
+		if err := s.runChanged(ctx, tx, r, "cancelled by "+actor.Name); err != nil {
 			return err
 		}
 		return s.audit(ctx, tx, r.Tenant, actor.Name, "run.cancelled", r.ID, nil)
@@ -544,7 +553,7 @@ func (s *Service) Logs(ctx context.Context, actor principal.Actor, runID string,
 	if limit <= 0 || limit > 5000 {
 		limit = 1000
 	}
-	lines, err := s.store.LogList(ctx, &store.LogListParams{RunID: runID, After: after, Limit: limit})
+	lines, err := s.logs.Lines(ctx, r, after, limit)
 	return lines, r, store.Refusal(err)
 }
 

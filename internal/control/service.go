@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/jobplane/jobplane/internal/audit"
+	"github.com/jobplane/jobplane/internal/claimline"
 	"github.com/jobplane/jobplane/internal/clock"
-	"github.com/jobplane/jobplane/internal/connector"
+	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/runnerwatch"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/groupcommit"
 )
@@ -64,34 +66,18 @@ type DecisionRequest struct {
 
 // Ref is the branch and commit a request runs from.
 type Ref struct {
-	Branch    string `json:"branch"`
-	Protected bool   `json:"protected"`
-	Commit    string `json:"commit"`
+	Branch    string
+	Protected bool
+	Commit    string
 }
 
-// Decision is an authorization outcome with its explanation.
-type Decision struct {
-	Allowed     bool   `json:"allowed"`
-	Rule        string `json:"rule,omitempty"`
-	Explanation string `json:"explanation"`
-	// Approval is the chosen rule's approval requirement, with the
-	// principals who may give it, expanded from its groups at the pinned
-	// commit.
-	Approval *ApprovalRequirement `json:"approval,omitempty"`
-	// Grants are the connector access levels of the chosen rule.
-	Grants map[string]string `json:"grants,omitempty"`
-	// ForksFull: the chosen rule lifts safe mode (forks: full).
-	ForksFull bool `json:"forks_full,omitempty"`
-	// Detail is the policy engine's full decision: every rule considered
-	// and why it matched or not.
-	Detail json.RawMessage `json:"detail,omitempty"`
-}
+// Decision is an authorization outcome with its explanation; the wire
+// type, which runs keep.
+type Decision = protocol.Decision
 
-// ApprovalRequirement is how many of which principals must approve a run.
-type ApprovalRequirement struct {
-	Count     int      `json:"count"`
-	Groups    []string `json:"groups"`
-	Approvers []string `json:"approvers"`
+// RunTokens mints the run token an assignment carries.
+type RunTokens interface {
+	Mint(r *store.Run, a *store.Attempt, grants map[string]string) (*protocol.RunToken, error)
 }
 
 // Config configures the Service.
@@ -113,25 +99,53 @@ type Config struct {
 	ReapBatch int
 	// ApprovalTTL is how long a run may wait for approval (default 24 h).
 	ApprovalTTL time.Duration
-	// Credentials mints run tokens; without it assignments carry none.
-	Credentials *Credentials
-	// Broker issues and revokes connector credentials.
-	Broker *connector.Broker
-	// GitHub configures pull-request runs (nil: none).
-	GitHub *GitHubRuns
-	// Artifacts configures artifact storage and source tickets.
-	Artifacts ArtifactConfig
+	// Credentials mints run tokens (a *runcreds.Keys); without it
+	// assignments carry none.
+	Credentials RunTokens
+	// Tenants is the integration whose installations are tenants (the
+	// GitHub App); nil: every tenant uses the server's definitions.
+	Tenants Tenants
+	// Actions is the GitHub Actions compatibility mode (nil: off).
+	Actions Actions
+	// Sources pins the source branches of the configured repositories
+	// (nil: jobs with such a source cannot be requested).
+	Sources SourceHeads
+	// Leases applies the run lease rules; nil is one over Store.
+	Leases *lease.Service
 	// Metrics receives measurements (internal/metrics); nil records nothing.
 	Metrics Observer
+	// IsolateWriteGrants keeps every run with a connector granted at
+	// write on isolated runners (docs/security.md §8).
+	IsolateWriteGrants bool
+	// Logs reads runs' lines (logarchive.Reader adds those moved to the
+	// object store); nil reads the database's.
+	Logs LogReader
+}
+
+// LogReader reads at most limit of a run's lines with ID > after, in ID
+// order.
+type LogReader interface {
+	Lines(ctx context.Context, run *store.Run, after int64, limit int) ([]*store.LogLine, error)
+}
+
+// dbLogs is the LogReader of the database alone.
+type dbLogs struct{ st store.Store }
+
+func (d dbLogs) Lines(ctx context.Context, run *store.Run, after int64, limit int) ([]*store.LogLine, error) {
+	return d.st.LogList(ctx, &store.LogListParams{RunID: run.ID, After: after, Limit: limit})
 }
 
 // Service is the run service.
 type Service struct {
 	store store.Store
+	// isolateWriteGrants is Config.IsolateWriteGrants.
+	isolateWriteGrants bool
 	// grouped runs the hot calls' transactions (Config.Grouped).
 	grouped store.Store
 	// runnerLists caches runner lists for queued runs' explanations.
-	runnerLists runnerLists
+	runnerLists runnerwatch.Lists
+	// watch follows runners' availability for queued runs' Check Runs.
+	watch runnerwatch.Watch
 	// actorKinds caches principals' kinds for the re-check at dispatch.
 	actorKinds actorKinds
 	// specs caches the pinned specs claim answers are made of.
@@ -142,12 +156,18 @@ type Service struct {
 	apiURL string
 	batch  int
 	appTTL time.Duration
-	creds  *Credentials
-	broker *connector.Broker
-	art    ArtifactConfig
-	obs    Observer
-	gh     *GitHubRuns
-	lines  claimLines
+	creds  RunTokens
+	// sources is Config.Sources.
+	sources SourceHeads
+	obs     Observer
+	leases  *lease.Service
+	// tenants is Config.Tenants.
+	tenants Tenants
+	lines   claimline.Lines
+	drain   drainSignal
+	// actions is Config.Actions.
+	actions Actions
+	logs    LogReader
 }
 
 // New returns a Service.
@@ -167,12 +187,19 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ApprovalTTL <= 0 {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
+	if cfg.Leases == nil {
+		cfg.Leases = lease.New(lease.Config{Store: cfg.Store, Clock: cfg.Clock, Logger: cfg.Logger, Batch: cfg.ReapBatch})
+	}
+	if cfg.Logs == nil {
+		cfg.Logs = dbLogs{cfg.Store}
+	}
 	if cfg.Grouped == nil {
 		cfg.Grouped = groupcommit.New(cfg.Store, groupcommit.Config{Refusal: protocol.IsRefusal})
 	}
 	return &Service{store: cfg.Store, grouped: cfg.Grouped, clock: cfg.Clock, defs: cfg.Definitions, log: cfg.Logger, apiURL: cfg.APIURL,
-		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, broker: cfg.Broker, art: cfg.Artifacts,
-		obs: observerOrNop(cfg.Metrics), gh: cfg.GitHub}, nil
+		batch: cfg.ReapBatch, appTTL: cfg.ApprovalTTL, creds: cfg.Credentials, sources: cfg.Sources,
+		obs: observerOrNop(cfg.Metrics), tenants: cfg.Tenants, leases: cfg.Leases, actions: cfg.Actions, logs: cfg.Logs,
+		isolateWriteGrants: cfg.IsolateWriteGrants}, nil
 }
 
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
@@ -189,3 +216,7 @@ func (s *Service) nowValue() time.Time {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Leases is the lease service the run service applies the lease rules
+// with (Config.Leases), for the handlers that show and break leases.
+func (s *Service) Leases() *lease.Service { return s.leases }

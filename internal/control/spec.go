@@ -24,7 +24,7 @@ type Spec struct {
 	Backoff     Duration          `json:"backoff"`
 	// Connectors the job declares, with the level it asks for and the
 	// connector's definition at the pinned commit.
-	Connectors map[string]SpecConnector `json:"connectors,omitempty"`
+	Connectors map[string]connector.Pinned `json:"connectors,omitempty"`
 	// Leases are the job's lease key templates.
 	Leases []lease.Template `json:"leases,omitempty"`
 	// Repo is the GitHub repository the run builds (owner/name), checked
@@ -36,12 +36,41 @@ type Spec struct {
 	// Artifacts the job declares, and the code it runs in (pinned at request time).
 	Artifacts []protocol.ArtifactSpec `json:"artifacts,omitempty"`
 	Source    *SpecSource             `json:"source,omitempty"`
+	// Workflow is the workflow file a job run by GitHub Actions dispatches
+	// (its attempts are in store.ActionsPool); "" for runner jobs.
+	Workflow string `json:"workflow,omitempty"`
+	// Retention is how long the run's logs and artifacts are kept once it
+	// has ended (nil or zero: the server's default; internal/retention).
+	Retention *SpecRetention `json:"retention,omitempty"`
+	// Image, Resources, Network and Workdir say where and with what the
+	// command runs; Isolation "required" keeps the run to isolated
+	// runners. Empty: the runner's host, unlimited, the default network,
+	// the workspace, any runner.
+	Image     string         `json:"image,omitempty"`
+	Resources *SpecResources `json:"resources,omitempty"`
+	Network   string         `json:"network,omitempty"`
+	Workdir   string         `json:"workdir,omitempty"`
+	Isolation string         `json:"isolation,omitempty"`
 }
 
-// SpecConnector is one connector a job declares.
-type SpecConnector struct {
-	Declared string                `json:"declared"` // read | write
-	Def      *connector.Definition `json:"definition"`
+// claimResources is run.resources as a claim hands it out.
+func (sp Spec) claimResources() *protocol.AssignedResources {
+	if sp.Resources == nil || (sp.Resources.CPUMillis == 0 && sp.Resources.MemoryBytes == 0) {
+		return nil
+	}
+	return &protocol.AssignedResources{CPUMillis: sp.Resources.CPUMillis, MemoryBytes: sp.Resources.MemoryBytes}
+}
+
+// SpecResources is what one attempt may use (0: not limited).
+type SpecResources struct {
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+}
+
+// SpecRetention is a job's retention periods.
+type SpecRetention struct {
+	Logs      Duration `json:"logs,omitempty"`
+	Artifacts Duration `json:"artifacts,omitempty"`
 }
 
 // Duration is a time.Duration that encodes as a Go duration string.

@@ -2,69 +2,18 @@ package control
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
-	"time"
 
+	"github.com/jobplane/jobplane/internal/runnerwatch"
 	"github.com/jobplane/jobplane/internal/store"
 )
 
 // RunnerOnlineWindow is how recently a runner must have called the control
-// plane to count as online when a queued run explains what it waits for.
-// Idle runners long-poll claims at least every 30 s.
-const RunnerOnlineWindow = 2 * time.Minute
-
-// runnerWait says why a queued run's attempt has no runner: "" when some
-// online runner of its tenant is eligible for it (it is then merely next in
-// line). It is computed when a run is read, never stored: runners come and
-// go without touching runs.
-func runnerWait(a *store.Attempt, runners []*store.Runner, now time.Time) string {
-	online, eligible := 0, 0
-	for _, rn := range runners {
-		if rn.Status != store.RunnerActive || rn.LastSeenAt == nil || now.Sub(*rn.LastSeenAt) > RunnerOnlineWindow {
-			continue
-		}
-		online++
-		if runnerEligible(rn, a) {
-			eligible++
-		}
-	}
-	if eligible > 0 {
-		return ""
-	}
-	var need []string
-	need = append(need, "pool "+a.Pool)
-	if len(a.Labels) > 0 {
-		need = append(need, "labels "+strings.Join(a.Labels, ","))
-	}
-	if a.ManagedOnly {
-		need = append(need, "a managed runner (safe mode)")
-	}
-	if a.Repo != "" {
-		need = append(need, "access to "+a.Repo)
-	}
-	return fmt.Sprintf("runner: none of the %d online runners is eligible (needs %s)", online, strings.Join(need, ", "))
-}
-
-// runnerEligible mirrors the claim's filter (store.AttemptClaimParams).
-func runnerEligible(rn *store.Runner, a *store.Attempt) bool {
-	if rn.Tenant != a.Tenant || rn.Pool != a.Pool {
-		return false
-	}
-	for _, l := range a.Labels {
-		if !slices.Contains(rn.Labels, l) {
-			return false
-		}
-	}
-	if a.ManagedOnly && rn.SelfHosted {
-		return false
-	}
-	return len(rn.AllowedRepos) == 0 || slices.Contains(rn.AllowedRepos, a.Repo)
-}
+// plane to count as online (runnerwatch.OnlineWindow).
+const RunnerOnlineWindow = runnerwatch.OnlineWindow
 
 // explainWait fills in WaitingFor of a queued run that waits for nothing
-// else (approval, a lease, a retry's backoff) when no runner can take it.
+// else (approval, a lease, a retry's backoff) when no runner can take it,
+// or, in the GitHub Actions mode, with what its dispatch waits for.
 func (s *Service) explainWait(ctx context.Context, q store.Queries, v *RunView) {
 	r := v.Run
 	if r.State != store.RunQueued || r.WaitingFor != "" {
@@ -79,10 +28,46 @@ func (s *Service) explainWait(ctx context.Context, q store.Queries, v *RunView) 
 	if live == nil {
 		return
 	}
-	now := s.clock.Now()
-	runners, err := s.runnerLists.get(ctx, q, r.Tenant, now)
-	if err != nil {
-		return // an explanation is best effort; the run itself is fine
+	r.WaitingFor = s.attemptWait(ctx, q, r, live)
+}
+
+// attemptWait says what a queued attempt waits for when nothing stored on
+// its run does: a runner, or its GitHub Actions workflow.
+func (s *Service) attemptWait(ctx context.Context, q store.Queries, r *store.Run, a *store.Attempt) string {
+	if a.Pool == store.ActionsPool && s.actions != nil {
+		return s.actions.AttemptWait(ctx, q, r, a)
 	}
-	r.WaitingFor = runnerWait(live, runners, now)
+	now := s.clock.Now()
+	runners, err := s.runnerLists.Get(ctx, q, r.Tenant, now)
+	if err != nil {
+		return "" // an explanation is best effort; the run itself is fine
+	}
+	isolation := ""
+	if a.Needs.Has(store.CapIsolated) {
+		if spec, err := s.specs.get(r); err == nil {
+			isolation = s.isolationReason(r, spec)
+		}
+	}
+	return runnerwatch.Wait(a, runners, now, needsText(a.Needs, isolation))
+}
+
+// checked is the run as its Check Run (Tenants.RunChanged) shows it: a
+// queued run whose stored WaitingFor is empty gets what its live attempt
+// waits for, computed now (a copy: nothing of it is stored).
+func (s *Service) checked(ctx context.Context, q store.Queries, r *store.Run) *store.Run {
+	if r.State != store.RunQueued || r.WaitingFor != "" {
+		return r
+	}
+	atts, err := q.AttemptListByRun(ctx, r.ID)
+	if err != nil {
+		return r
+	}
+	for _, a := range atts {
+		if a.State == store.AttemptQueued && a.BlockedOn == "" {
+			c := *r
+			c.WaitingFor = s.attemptWait(ctx, q, r, a)
+			return &c
+		}
+	}
+	return r
 }

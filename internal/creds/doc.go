@@ -1,8 +1,8 @@
 // Package creds holds jobplane's credential primitives: run tokens (an
 // Ed25519-signed JWS per attempt) and the key set that signs and publishes
 // them, the secret box that encrypts secret values and signing keys at rest,
-// the server key that box is built from, and the masker that scrubs secret
-// values out of log lines.
+// and the server key that box is built from. The masker that scrubs secret
+// values out of log lines is package redact.
 //
 // Everything here is pure: time comes from an injected clock.Clock (or an
 // explicit now), persistence goes through the small KeyStore interface, and
@@ -23,7 +23,7 @@
 // Verify does NOT know whether the attempt is still live: a token stays
 // cryptographically valid until exp even after its run ended or was revoked.
 // Callers on the control plane MUST check the attempt (RunID, AttemptID,
-// Tenant) against the store before acting on a token (RELIABILITY.md T5), and
+// Tenant) against the store before acting on a token (acceptance case T5), and
 // must authorise the call against Claims.Grants (T1, T2, T6).
 //
 // # Keys at rest

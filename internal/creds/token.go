@@ -30,7 +30,7 @@ const (
 	// decoding. Real run tokens are well under 2 KiB.
 	MaxTokenSize = 8 << 10
 	// MaxLeeway is the largest clock tolerance a Verifier accepts
-	// (RELIABILITY.md: run tokens, at most 30 s).
+	// (run tokens live at most 30 s).
 	MaxLeeway = 30 * time.Second
 	// DefaultMaxLifetime caps exp − iat when not configured.
 	DefaultMaxLifetime = 6 * time.Hour
@@ -297,7 +297,7 @@ var allowedHeaders = map[string]bool{"alg": true, "typ": true, "kid": true}
 // fields, exp/nbf/iat against the leeway, lifetime).
 //
 // Verify does not check that the attempt is still live or not revoked:
-// callers MUST do that against the store (RELIABILITY.md T5).
+// callers MUST do that against the store (acceptance case T5).
 func (v *Verifier) Verify(token string) (*Claims, error) {
 	if len(token) > MaxTokenSize {
 		return nil, tokenErr(ErrTokenMalformed, "too large")

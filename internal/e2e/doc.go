@@ -12,7 +12,7 @@
 //   - TestHappyPath: a run requested with the CLI is claimed by a worker,
 //     executed, its log streamed back, and `run --wait` exits 0 and prints
 //     the job's output; a failing job makes `run --wait` exit 1.
-//   - TestWorkerKilledMidRun (RELIABILITY.md C3): a worker SIGKILLed mid-run
+//   - TestWorkerKilledMidRun (acceptance case C3): a worker SIGKILLed mid-run
 //     (and its job's process group with it; lease_ttl 3 s) stops renewing, the lease
 //     expires by database time, the reaper makes attempt 2 and the other
 //     worker runs it; attempt 1 ends `expired`; a late signed call for

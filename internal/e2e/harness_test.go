@@ -56,6 +56,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: find module root:", err)
 		return 1
 	}
+	if b := os.Getenv("JOBPLANE_E2E_BINARY"); b != "" {
+		// Another build (an older release, for before/after figures).
+		binary = b
+		return m.Run()
+	}
 	binary = filepath.Join(dir, "jobplane")
 	start := time.Now()
 	// Built without -race on purpose: the race detector would slow every
@@ -285,12 +290,19 @@ type job struct {
 	maxAttempts int
 	backoff     string
 	extra       string // more top-level YAML, appended as is
+	timeout     string // run.timeout; empty for 2m
+	runExtra    string // more YAML within run, appended as is ("  image: …\n")
 }
 
 func (j job) yaml() string {
 	script, _ := json.Marshal(j.script) // a JSON string is a YAML double-quoted scalar
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: %s\ndescription: e2e test job\nowners: [operators]\nrun:\n  command: [sh, -c, %s]\n  timeout: 2m\n", j.name, script)
+	timeout := j.timeout
+	if timeout == "" {
+		timeout = "2m"
+	}
+	fmt.Fprintf(&b, "name: %s\ndescription: e2e test job\nowners: [operators]\nrun:\n  command: [sh, -c, %s]\n  timeout: %s\n", j.name, script, timeout)
+	b.WriteString(j.runExtra)
 	if j.leaseTTL != "" {
 		fmt.Fprintf(&b, "  lease_ttl: %s\n", j.leaseTTL)
 	}
@@ -515,9 +527,10 @@ func startWorker(t *testing.T, s *server, name, stateDir, regToken string) *work
 }
 
 // startWorkerVia is startWorker talking to the server at url (a proxy).
-func startWorkerVia(t *testing.T, url, name, stateDir, regToken string) *worker {
+func startWorkerVia(t *testing.T, url, name, stateDir, regToken string, extra ...string) *worker {
 	t.Helper()
 	args := []string{"worker", "--server", url, "--state-dir", stateDir, "--concurrency", "1", "--name", name, "--log-level", "debug"}
+	args = append(args, extra...)
 	if regToken != "" {
 		args = append(args, "--registration-token", regToken)
 	}
@@ -580,6 +593,26 @@ func checkedHTTP(t *testing.T, timeout time.Duration) *http.Client {
 
 // ---------------------------------------------------------------------------
 // Processes of jobs
+
+// parentOf returns the parent PID of pid (for a job's leader: its
+// supervisor), or 0.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
 
 // groupMembers lists the live (not zombie) processes of process group pgid,
 // from /proc.

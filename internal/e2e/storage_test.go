@@ -74,7 +74,7 @@ func startServerWith(t *testing.T, db string, e *env, args, env []string) *serve
 	addr := freeAddr(t)
 	s := &server{t: t, addr: addr, url: "http://" + addr, db: db, defs: e.defs, dataDir: t.TempDir(),
 		adminToken: "jpt_e2e_shared_admin_token_0001", args: args, env: env}
-	s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	s.admin = &apiclient.Client{BaseURL: s.url, Token: s.adminToken, HTTP: checkedHTTP(t, 30*time.Second)}
 	s.start()
 	return s
 }
@@ -187,4 +187,74 @@ func TestStorageS3Faults(t *testing.T) {
 	got, err := download(t, b, ok.ID, "report.bin")
 	require.NoError(t, err)
 	require.Equal(t, sha256.Sum256(artifactBytes(false)), sha256.Sum256(got))
+}
+
+// TestStorageTwoReplicasFilesystem: with the filesystem store (the
+// default), two replicas on one PostgreSQL database with data directories
+// of their own behave as documented: an artifact and moved logs are listed
+// through both, served by the replica that holds the bytes, and answered
+// 503 unavailable by the other, never as missing or empty.
+func TestStorageTwoReplicasFilesystem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(string) []job {
+		return []job{artifactJob("small", false),
+			{name: "chatty", script: `i=0; while [ $i -lt 300 ]; do i=$((i+1)); echo "line $i"; done`}}
+	})
+	dsn := backends[1].dsn(t)
+	secret := []string{"JOBPLANE_SECRET_KEY=" + randHex(32)}
+	// Both move logs: whichever holds the sweep's lease moves them to its
+	// own disk.
+	a := startServerWith(t, dsn, e, []string{"--archive-logs-after", "1s"}, secret)
+	b := startServerWith(t, dsn, e, []string{"--archive-logs-after", "1s"}, secret)
+	b.adminToken = a.adminToken
+	b.admin.Token = a.adminToken
+	startWorker(t, a, "worker-a", t.TempDir(), a.registrationToken())
+
+	run := b.createRun("small")
+	r := b.waitState(run.ID, 90*time.Second, "succeeded", "failed", "cancelled", "timed_out")
+	require.Equal(t, "succeeded", r.State, runSummary(r))
+	list, err := b.admin.ListArtifacts(b.ctx(), run.ID)
+	require.NoError(t, err)
+	require.Len(t, list.Artifacts, 1, "listed through the other replica")
+	sum := sha256.Sum256(artifactBytes(false))
+	got, err := download(t, a, run.ID, "report.bin")
+	require.NoError(t, err)
+	require.Equal(t, sum, sha256.Sum256(got), "served by the replica that received it")
+	unavailable := func(err error) bool {
+		var pe *apiclient.APIError
+		return errors.As(err, &pe) && pe.Status == http.StatusServiceUnavailable && pe.Problem.Code == protocol.CodeUnavailable
+	}
+	_, err = download(t, b, run.ID, "report.bin")
+	require.True(t, unavailable(err), "the other replica has not the bytes: 503 unavailable, not 404 or an empty body: %v", err)
+
+	// Logs moved by one replica are on its disk: the other answers 503.
+	chatty := a.createRun("chatty")
+	r = a.waitState(chatty.ID, 90*time.Second, "succeeded", "failed", "cancelled", "timed_out")
+	require.Equal(t, "succeeded", r.State, runSummary(r))
+	before := a.allLogs(chatty.ID)
+	require.Equal(t, before, b.allLogs(chatty.ID), "served from the database by both before the move")
+	var holder, other *server
+	var reps []protocol.PruneReport
+	deadline := time.Now().Add(90 * time.Second)
+	for holder == nil {
+		require.True(t, time.Now().Before(deadline), "the logs were not moved: %+v", reps)
+		for _, s := range []*server{a, b} {
+			rep, err := s.admin.Prune(s.ctx())
+			require.NoError(t, err)
+			reps = append(reps, *rep)
+			if rep.Skipped || rep.LogRunsMoved != 0 {
+				continue
+			}
+			for _, d := range []*server{a, b} {
+				if m, _ := filepath.Glob(filepath.Join(d.dataDir, "artifacts", ".logs", "*", chatty.ID, "*.jsonl.gz")); len(m) == 1 {
+					holder = d
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	other = map[*server]*server{a: b, b: a}[holder]
+	require.Equal(t, before, holder.allLogs(chatty.ID), "served from its disk by the replica that moved them")
+	_, err = other.admin.Logs(other.ctx(), chatty.ID, 0)
+	require.True(t, unavailable(err), "moved logs on another replica's disk: 503 unavailable, not an empty log: %v", err)
 }

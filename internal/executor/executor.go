@@ -21,7 +21,11 @@ type Executor interface {
 	Layout(host Layout) Layout
 	// Start starts the job of spec. It returns when the job runs; an
 	// error means nothing of the job runs (a *StartError when the reason
-	// is known). ctx bounds the start only, not the job.
+	// is known). ctx bounds the start only, not the job: the worker
+	// cancels it when the attempt is stopped (cancelled, its lease lost)
+	// before the job runs. The worker keeps renewing the lease during a
+	// start, so a start may take long (an image pull); Spec.LatestUntil is
+	// the bound to give the job.
 	Start(ctx context.Context, spec *Spec) (Job, error)
 	// Sweep ends and removes what the executor left of runner's attempts
 	// that keep does not report as held: after a restart, every attempt of
@@ -54,6 +58,23 @@ type Capabilities struct {
 	// Isolated: a job cannot reach the runner's key, its state directory,
 	// or the worker's processes.
 	Isolated bool
+	// OwnFiles: the job runs where the worker's attempt directory is not
+	// (a Kubernetes pod). The executor's side fetches Spec.Source into the
+	// job's workspace and uploads Spec.Artifacts itself, with the job's run
+	// token, and reports the stored artifacts in Exit.Artifacts; the worker
+	// does neither. Not told to the server.
+	OwnFiles bool
+}
+
+// Source is the commit a job runs in.
+type Source struct {
+	Repo, Commit string
+}
+
+// Artifact is a declared artifact of a job.
+type Artifact struct {
+	Name, Role string
+	MaxBytes   int64
 }
 
 // Layout is where the files of one attempt are: on the host, as the worker
@@ -106,6 +127,11 @@ type Spec struct {
 	// the workspace, a relative path within the workspace, or (with an
 	// image) an absolute path of the image.
 	Workdir string
+	// Source is the job's source (nil: none) and Artifacts its declared
+	// artifacts, for an executor with Capabilities.OwnFiles; the worker
+	// handles them itself for the others.
+	Source    *Source
+	Artifacts []Artifact
 	// Image is the OCI image reference; empty runs on the host.
 	Image     string
 	Resources Resources
@@ -114,10 +140,39 @@ type Spec struct {
 	// Until is the instant, on the worker's clock, by which the job must be
 	// gone unless Extend moves it.
 	Until time.Time
+	// Renewed, when set, returns the bound as the worker's renewals have
+	// moved it since Until was read. A start can take long (an image pull)
+	// while the worker keeps renewing the lease; an executor reads
+	// LatestUntil just before the job starts, so that the first bound the
+	// job gets is not one those renewals made stale.
+	Renewed func() time.Time
 	// Output receives each line the job writes, without its line ending,
 	// in order per stream ("stdout" or "stderr"). It is called from one
 	// goroutine per stream and must not block for long.
 	Output func(stream, line string)
+	// OutputPiece, when set, is called instead of Output with the pieces of
+	// lines longer than MaxLineBytes as they are cut, more saying that the
+	// same line goes on in the next piece of the stream.
+	OutputPiece func(stream, piece string, more bool)
+}
+
+// LatestUntil returns the later of Until and what Renewed returns.
+func (s *Spec) LatestUntil() time.Time {
+	if s.Renewed != nil {
+		if u := s.Renewed(); u.After(s.Until) {
+			return u
+		}
+	}
+	return s.Until
+}
+
+// Emitter returns the function an executor gives each piece of the
+// stream's output to: OutputPiece, or Output.
+func (s *Spec) Emitter(stream string) func(piece string, more bool) {
+	if s.OutputPiece != nil {
+		return func(p string, more bool) { s.OutputPiece(stream, p, more) }
+	}
+	return func(p string, _ bool) { s.Output(stream, p) }
 }
 
 // Reasons an executor gives for how a job ended, beyond its exit code.
@@ -147,6 +202,9 @@ type Exit struct {
 	Summary string
 	// Reason is one of the Reason constants when the executor knows one.
 	Reason string
+	// Artifacts are the IDs of the artifacts the executor's side stored
+	// (Capabilities.OwnFiles).
+	Artifacts []string
 }
 
 // StartError is a job that could not be started, with the reason.

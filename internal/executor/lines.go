@@ -3,6 +3,8 @@ package executor
 import (
 	"bufio"
 	"io"
+	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -13,6 +15,13 @@ const MaxLineBytes = 64 << 10
 // ends. A line longer than MaxLineBytes is emitted in pieces, cut on UTF-8
 // boundaries.
 func ReadLines(r io.Reader, emit func(string)) {
+	ReadPieces(r, func(s string, _ bool) { emit(s) })
+}
+
+// ReadPieces is ReadLines that says of each piece whether more of the same
+// line follows (more), so that a reader can treat a long line as one (mask
+// a credential that straddles a cut, say).
+func ReadPieces(r io.Reader, emit func(piece string, more bool)) {
 	// The reader's buffer leaves room for a carried partial rune (≤ 3 bytes).
 	br := bufio.NewReaderSize(r, MaxLineBytes-utf8.UTFMax)
 	var carry []byte
@@ -20,7 +29,7 @@ func ReadLines(r io.Reader, emit func(string)) {
 		frag, isPrefix, err := br.ReadLine()
 		if err != nil {
 			if len(carry) > 0 {
-				emit(string(carry))
+				emit(string(carry), false)
 			}
 			return
 		}
@@ -31,7 +40,7 @@ func ReadLines(r io.Reader, emit func(string)) {
 			carry = append([]byte(nil), buf[cut:]...)
 			buf = buf[:cut]
 		}
-		emit(string(buf))
+		emit(string(buf), isPrefix)
 	}
 }
 
@@ -46,4 +55,25 @@ func runeBoundary(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// OutputDrain bounds the wait for a job's output once its processes are
+// gone (see DrainOutput).
+const OutputDrain = 2 * time.Second
+
+// DrainOutput waits for readers (the goroutines reading a job's output) to
+// reach the end of it, for at most within: a process outside the job that
+// inherited its output may hold it open. Then it calls closeOutput, which
+// must end the readers, and waits for them.
+func DrainOutput(readers *sync.WaitGroup, within time.Duration, closeOutput func()) {
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	t := time.NewTimer(within)
+	select {
+	case <-drained:
+	case <-t.C:
+	}
+	t.Stop()
+	closeOutput()
+	<-drained
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // PullRequestEvent is the payload of a "pull_request" event, reduced to
@@ -17,7 +18,10 @@ type PullRequestEvent struct {
 	PullRequest  struct {
 		Number int  `json:"number"`
 		Draft  bool `json:"draft"`
-		Head   struct {
+		// UpdatedAt orders a pull request's events: a push makes it
+		// later, and a redelivery carries its original payload.
+		UpdatedAt time.Time `json:"updated_at"`
+		Head      struct {
 			SHA  string `json:"sha"`
 			Ref  string `json:"ref"`
 			Repo *struct {

@@ -13,6 +13,10 @@ type RepositoryInfo struct {
 	FullName      string `json:"full_name"`
 	DefaultBranch string `json:"default_branch"`
 	Private       bool   `json:"private"`
+	Owner         struct {
+		Login string `json:"login"`
+		ID    int64  `json:"id"`
+	} `json:"owner"`
 }
 
 // Repository reads a repository's metadata (its default branch) with a

@@ -129,8 +129,10 @@ func switchBranch(repo *git.Repository, wt *git.Worktree, branch plumbing.Refere
 	return wt.Checkout(&git.CheckoutOptions{Branch: branch, Create: true})
 }
 
-// ExampleFiles returns the definitions repository `jobplane dev` starts with:
-// a job anyone may run, a job only operators may run, and the policy saying so.
+// ExampleFiles returns the definitions repository `jobplane dev` starts
+// with, using every part of the product so that no page is empty: a job
+// anyone may run, one only operators may run, one holding a lease key that a
+// developer may run once an operator approved, and a scheduled one.
 func ExampleFiles() map[string]string {
 	return map[string]string{
 		"README.md": "# jobplane definitions\n\nJobs live in jobs/, authorization rules in policies/, groups in groups.yaml.\n",
@@ -164,9 +166,36 @@ run:
   timeout: 15m
 retries: {max_attempts: 2, backoff: 5s}
 `,
+		"jobs/migrate.yaml": `name: migrate
+description: Applies (pretend) schema migrations; never two at once per channel.
+owners: [operators]
+params:
+  type: object
+  additionalProperties: false
+  properties:
+    target_version: {type: integer, minimum: 1, default: 1}
+run:
+  command: [sh, -c, 'echo "migrating to version $JOBPLANE_PARAM_TARGET_VERSION"; sleep 3; echo "migrated"']
+  timeout: 5m
+leases:
+  # A second migration in the same channel waits for the first.
+  - key: "migrate:{channel}"
+    on_conflict: queue
+retries: {max_attempts: 1}
+`,
+		"jobs/tidy.yaml": `name: tidy
+description: Tidies up every five minutes, as the scheduler.
+owners: [operators]
+run:
+  command: [sh, -c, 'echo "tidying up"; sleep 2; echo "tidy"']
+  timeout: 1m
+schedule: {cron: "*/5 * * * *", channel: prod, catch_up: latest}
+`,
 		"groups.yaml": `groups:
   operators:
     members: [admin]
+  developers:
+    members: [alice]
 `,
 		"policies/dev.yaml": `rules:
   - id: anyone-runs-hello
@@ -175,6 +204,25 @@ retries: {max_attempts: 2, backoff: 5s}
   - id: operators-run-everything
     jobs: ["*"]
     groups: [operators]
+  # A developer migrates once an operator approved (never their own run).
+  - id: developers-migrate-with-approval
+    jobs: [migrate]
+    groups: [developers]
+    approval: {count: 1, groups: [operators]}
+  - id: scheduler-tidies
+    jobs: [tidy]
+    users: [scheduler]
+`,
+		"tests/dev.yaml": `tests:
+  - name: a developer's migration waits for an operator
+    request: {actor: alice, job: migrate, channel: prod}
+    expect: approval
+  - name: developers do not count
+    request: {actor: alice, job: count, channel: prod}
+    expect: deny
+  - name: the scheduler tidies
+    request: {actor: scheduler, job: tidy, channel: prod}
+    expect: allow
 `,
 	}
 }

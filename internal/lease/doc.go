@@ -1,4 +1,5 @@
-// Package lease renders a job's run lease keys for one run.
+// Package lease holds the run lease rules: it renders a job's lease keys for
+// one run, and its Service checks, takes and releases them.
 //
 // A run lease is time-bounded mutual exclusion on a key such as
 // schema-migration:prod or backfill:account:1001. The keys are rendered from
@@ -10,7 +11,10 @@
 // downstream system checks (POST /v1/leases/verify) so that a holder that
 // was paused past its expiry is refused there even if it wakes up and acts.
 //
-// The lease is a liveness hint; the fencing token is the proof. This package
-// is pure: rendering only. Acquisition lives in the store, the rules in
-// internal/control.
+// The lease is a liveness hint; the fencing token is the proof. Rendering
+// is pure. The Service applies the rules in the caller's transaction (the
+// run service's request, claim and end of an attempt) over the narrow Tx
+// it declares, in one lock order (keyorder.go), and answers people and
+// downstream systems (show, verify, break-glass release); the statements
+// themselves live in the store.
 package lease

@@ -14,7 +14,7 @@
 // compile time, which reads the zoneinfo database (embedded with time/tzdata
 // as a fallback); it happens at validation, never in Decide.
 //
-// Semantics, as in design/DEFINITIONS.md: default deny; a nil or empty Policy
+// Semantics, as docs/definitions.md states them: default deny; a nil or empty Policy
 // denies; any matching deny rule denies; otherwise the request is allowed if
 // an allow rule matches. Among matching allow rules the decision takes the one
 // requiring the fewest approvals, then the one granting the most (the most

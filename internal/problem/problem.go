@@ -15,6 +15,7 @@ import (
 
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // Denial is an error that refuses a run request by policy and names the
@@ -28,6 +29,11 @@ type Denial interface {
 func Of(err error) (p protocol.Problem, failed bool) {
 	p = protocol.Problem{Type: "about:blank"}
 	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		// A store error that reached the edge unclassified (a lost
+		// connection, a lost commit) is still the retryable refusal it is.
+		err = store.Refusal(err)
+	}
 	if errors.As(err, &pe) {
 		p.Status, p.Code, p.Title = pe.Status, pe.Code, pe.Title
 		p.Detail = detail(err, pe)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -83,7 +84,7 @@ func SHA256Hex(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// CanonicalMessage builds the 11-line message of PROTOCOL.md.
+// CanonicalMessage builds the 11-line message of the protocol (docs/protocol.md).
 func CanonicalMessage(r *SignedRequest) (string, error) {
 	if err := CheckPath(r.Path); err != nil {
 		return "", err
@@ -174,3 +175,15 @@ func DecodePublicKey(s string) (ed25519.PublicKey, error) {
 
 // EncodeKey encodes a key as base64url without padding.
 func EncodeKey(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// NormLabels is a runner's labels as the server keeps them: sorted, without
+// duplicates, never nil.
+func NormLabels(l []string) []string {
+	out := slices.Clone(l)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}

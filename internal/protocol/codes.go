@@ -25,6 +25,7 @@ const (
 	CodeForbidden                = "forbidden"
 	CodeNotFound                 = "not_found"
 	CodeTooLarge                 = "too_large"
+	CodeRequestTimeout           = "request_timeout"
 	CodeRetry                    = "retry"
 	CodeInternal                 = "internal"
 	CodeUnavailable              = "unavailable"

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -34,6 +35,7 @@ var (
 	ErrForbidden                = newErr(http.StatusForbidden, CodeForbidden, "Forbidden")
 	ErrNotFound                 = newErr(http.StatusNotFound, CodeNotFound, "Not found")
 	ErrTooLarge                 = newErr(http.StatusRequestEntityTooLarge, CodeTooLarge, "Too large")
+	ErrRequestTimeout           = newErr(http.StatusRequestTimeout, CodeRequestTimeout, "Request timeout")
 	ErrRetry                    = newErr(http.StatusServiceUnavailable, CodeRetry, "Outcome unknown, retry")
 	ErrUnavailable              = newErr(http.StatusServiceUnavailable, CodeUnavailable, "Unavailable")
 	ErrSignatureInvalid         = newErr(http.StatusUnauthorized, CodeSignatureInvalid, "Signature invalid")
@@ -65,6 +67,22 @@ var (
 func IsRefusal(err error) bool {
 	var pe *Error
 	return errors.As(err, &pe) && pe.Status < 500
+}
+
+// BodyError is the refusal for a request body that could not be read:
+// 408 request_timeout when it did not arrive in time (the server's edge
+// wraps ErrRequestTimeout into that read's error), 413 too_large when it
+// went over its limit, 400 bad_request otherwise (the client hung up or
+// sent a broken chunked body).
+func BodyError(err error) error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, ErrRequestTimeout):
+		return err
+	case errors.As(err, &mbe):
+		return Refused(ErrTooLarge, fmt.Errorf("body over %d bytes", mbe.Limit))
+	}
+	return Refused(ErrBadRequest, fmt.Errorf("read body: %w", err))
 }
 
 // Refused wraps err as a refusal: its text is err's followed by ": " and

@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,4 +42,20 @@ func TestIsRefusal(t *testing.T) {
 	} {
 		require.Equal(t, want, protocol.IsRefusal(err), "IsRefusal(%v)", err)
 	}
+}
+
+// TestBodyError: a body that did not arrive in time is 408
+// request_timeout, one over its limit 413 too_large, any other failure
+// to read it 400 bad_request.
+func TestBodyError(t *testing.T) {
+	t.Parallel()
+	code := func(err error) string {
+		var pe *protocol.Error
+		require.ErrorAs(t, err, &pe)
+		return fmt.Sprintf("%d %s", pe.Status, pe.Code)
+	}
+	slow := fmt.Errorf("multipart: NextPart: %w", fmt.Errorf("the body did not arrive within 30s: %w", protocol.ErrRequestTimeout))
+	require.Equal(t, "408 request_timeout", code(protocol.BodyError(slow)))
+	require.Equal(t, "413 too_large", code(protocol.BodyError(fmt.Errorf("read: %w", &http.MaxBytesError{Limit: 10}))))
+	require.Equal(t, "400 bad_request", code(protocol.BodyError(errors.New("unexpected EOF"))))
 }

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -13,6 +14,51 @@ type RegisterRequest struct {
 	PublicKey string   `json:"public_key"`
 	Labels    []string `json:"labels"`
 	Version   string   `json:"version"`
+	// Executor and Capabilities say what runs the runner's jobs; absent,
+	// the process executor without isolation (docs/protocol.md).
+	Executor     string        `json:"executor,omitempty"`
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// Capabilities is what a runner's executor can do. The server hands a
+// runner only attempts whose needs they cover.
+type Capabilities struct {
+	// Images: the executor runs a job's run.image.
+	Images bool `json:"images"`
+	// Isolated: the job cannot reach the runner's key, files or processes.
+	Isolated bool `json:"isolated"`
+}
+
+// String is how the CLI and the web UI show c: "isolated" or "not
+// isolated", then ", images" when it runs images.
+func (c Capabilities) String() string {
+	s := "not isolated"
+	if c.Isolated {
+		s = "isolated"
+	}
+	if c.Images {
+		s += ", images"
+	}
+	return s
+}
+
+// ExecutorProcess is the executor of a runner that names none.
+const ExecutorProcess = "process"
+
+// CheckExecutor refuses an executor name that is not 1 to 32 of
+// [a-z0-9-], starting with a letter ("" stands for ExecutorProcess).
+func CheckExecutor(name string) error {
+	if name == "" {
+		return nil
+	}
+	ok := len(name) <= 32 && name[0] >= 'a' && name[0] <= 'z'
+	for _, c := range []byte(name) {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("executor must be 1 to 32 of a-z, 0-9 and -, starting with a letter")
+	}
+	return nil
 }
 
 // RegisterResponse answers a registration.
@@ -28,6 +74,11 @@ type RegisterResponse struct {
 type HeartbeatRequest struct {
 	Status   string   `json:"status"` // idle | busy
 	Attempts []string `json:"attempts"`
+	// Executor and Capabilities as at registration: a runner restarted
+	// with another executor states it here; absent, the process executor
+	// without isolation.
+	Executor     string        `json:"executor,omitempty"`
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
 }
 
 // HeartbeatResponse tells a runner the server time and which of its attempts to stop.
@@ -58,8 +109,11 @@ type ClaimBatch struct {
 
 // Assignment is the answer to a successful claim.
 type Assignment struct {
-	RunID         string            `json:"run_id"`
-	AttemptID     string            `json:"attempt_id"`
+	RunID     string `json:"run_id"`
+	AttemptID string `json:"attempt_id"`
+	// Tenant is the attempt's tenant, for the labels an executor puts on
+	// what it creates.
+	Tenant        string            `json:"tenant,omitempty"`
 	AttemptNumber int               `json:"attempt_number"`
 	Lease         Lease             `json:"lease"`
 	Job           AssignedJob       `json:"job"`
@@ -96,6 +150,20 @@ type AssignedJob struct {
 	Command        []string          `json:"command"`
 	Env            map[string]string `json:"env"`
 	TimeoutSeconds int               `json:"timeout_seconds"`
+	// Image, Resources, Network and Workdir are the job's run block
+	// (absent: the runner's host, unlimited, the default network, the
+	// workspace).
+	Image     string             `json:"image,omitempty"`
+	Resources *AssignedResources `json:"resources,omitempty"`
+	Network   string             `json:"network,omitempty"`
+	Workdir   string             `json:"workdir,omitempty"`
+}
+
+// AssignedResources is run.resources as a claim hands it out (0: not
+// limited).
+type AssignedResources struct {
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // RunToken is a run's signed identity for its attempt.
@@ -234,6 +302,9 @@ type Runner struct {
 	LastSeenAt     *time.Time `json:"last_seen_at"`
 	CreatedAt      time.Time  `json:"created_at"`
 	Attempts       []string   `json:"attempts"`
+	// Executor and Capabilities as the runner last stated them.
+	Executor     string       `json:"executor"`
+	Capabilities Capabilities `json:"capabilities"`
 }
 
 // RunnerList answers GET /v1/runners.

@@ -44,8 +44,16 @@ type JobImpact struct {
 	Leases *Change `json:"leases,omitempty"`
 	// Hours are the time windows of the rules that name the job, on each
 	// side, when they differ.
-	Hours    *Change         `json:"hours,omitempty"`
-	Channels []ChannelImpact `json:"channels,omitempty"`
+	Hours *Change `json:"hours,omitempty"`
+	// Retention is the job's retention periods on each side ("logs 30d",
+	// "artifacts 7d"; none: the server's default), when they differ.
+	Retention *Change `json:"retention,omitempty"`
+	// Execution is where and with what the job runs on each side ("image
+	// busybox:1.36", "cpu 500m", "memory 256Mi", "network none", "workdir
+	// src", "isolation required"; defaults are not listed), when they
+	// differ.
+	Execution *Change         `json:"execution,omitempty"`
+	Channels  []ChannelImpact `json:"channels,omitempty"`
 }
 
 // Change is a list of values before and after.
@@ -320,6 +328,12 @@ func Diff(before, after *catalog.Catalog, channels []string) (Impact, error) {
 			if hb, ha := windows(before, job), windows(after, job); !sameLabels(hb, ha) {
 				ji.Hours = &Change{Before: hb, After: ha}
 			}
+			if rb, ra := retention(jb), retention(ja); !slices.Equal(rb, ra) {
+				ji.Retention = &Change{Before: rb, After: ra}
+			}
+			if eb, ea := execution(jb), execution(ja); !slices.Equal(eb, ea) {
+				ji.Execution = &Change{Before: eb, After: ea}
+			}
 		}
 		for _, ch := range imp.Channels {
 			ci := ChannelImpact{Channel: ch}
@@ -334,7 +348,7 @@ func Diff(before, after *catalog.Catalog, channels []string) (Impact, error) {
 				ji.Channels = append(ji.Channels, ci)
 			}
 		}
-		if ji.Status != "" || ji.Leases != nil || ji.Hours != nil || len(ji.Channels) > 0 {
+		if ji.Status != "" || ji.Leases != nil || ji.Hours != nil || ji.Retention != nil || ji.Execution != nil || len(ji.Channels) > 0 {
 			imp.Jobs = append(imp.Jobs, ji)
 		}
 	}
@@ -404,6 +418,48 @@ func leaseKeys(j *catalog.Job) []string {
 	return out
 }
 
+// execution lists where and with what a job runs; what is left to the
+// default is not listed.
+func execution(j *catalog.Job) []string {
+	out := []string{}
+	if j.Run.Image != "" {
+		out = append(out, "image "+j.Run.Image)
+	}
+	if r := j.Run.Resources; r != nil {
+		if r.CPUMillis > 0 {
+			out = append(out, "cpu "+catalog.FormatCPU(r.CPUMillis))
+		}
+		if r.MemoryBytes > 0 {
+			out = append(out, "memory "+catalog.FormatMemory(r.MemoryBytes))
+		}
+	}
+	if j.Run.Network != "" && j.Run.Network != catalog.NetworkDefault {
+		out = append(out, "network "+j.Run.Network)
+	}
+	if j.Run.Workdir != "" {
+		out = append(out, "workdir "+j.Run.Workdir)
+	}
+	if j.Isolation == catalog.IsolationRequired {
+		out = append(out, "isolation "+j.Isolation)
+	}
+	return out
+}
+
+// retention lists a job's retention periods ("logs 30d"); a period the
+// job leaves to the server's default is not listed.
+func retention(j *catalog.Job) []string {
+	out := []string{}
+	if r := j.Retention; r != nil {
+		if r.Logs > 0 {
+			out = append(out, "logs "+catalog.FormatRetention(r.Logs))
+		}
+		if r.Artifacts > 0 {
+			out = append(out, "artifacts "+catalog.FormatRetention(r.Artifacts))
+		}
+	}
+	return out
+}
+
 // windows are the hours of every rule naming the job, "label (rule id)",
 // sorted by label.
 func windows(cat *catalog.Catalog, job string) []string {
@@ -460,7 +516,7 @@ func (imp Impact) WriteText(w io.Writer) {
 		return
 	}
 	for _, j := range imp.Jobs {
-		if j.Status != "" || j.Leases != nil || j.Hours != nil {
+		if j.Status != "" || j.Leases != nil || j.Hours != nil || j.Retention != nil || j.Execution != nil {
 			fmt.Fprintf(w, "job %s:\n", j.Job)
 			if j.Status != "" {
 				fmt.Fprintf(w, "  %s\n", map[string]string{"added": "+ new job", "removed": "- job removed"}[j.Status])
@@ -470,6 +526,12 @@ func (imp Impact) WriteText(w io.Writer) {
 			}
 			if j.Hours != nil {
 				writeListChange(w, "hours", j.Hours)
+			}
+			if j.Retention != nil {
+				writeListChange(w, "retention", j.Retention)
+			}
+			if j.Execution != nil {
+				writeListChange(w, "execution", j.Execution)
 			}
 		}
 		for _, c := range j.Channels {

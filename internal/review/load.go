@@ -28,6 +28,21 @@ func wanted(p string) bool {
 	return ok && strings.HasSuffix(rest, ".md") && !strings.Contains(rest, "/")
 }
 
+// ErrNoDefinitions is a directory or revision without a single job,
+// policy or groups file: most likely not the definitions repository at all
+// (a CI step run in the wrong directory), which must not pass as "ok".
+var ErrNoDefinitions = errors.New("no definitions")
+
+// HasDefinitions reports whether files hold a job, a policy or groups.yaml.
+func HasDefinitions(files map[string][]byte) bool {
+	for p := range files {
+		if strings.HasPrefix(p, "jobs/") || strings.HasPrefix(p, "policies/") || p == "groups.yaml" {
+			return true
+		}
+	}
+	return false
+}
+
 // isRunbook reports whether only the file's existence matters.
 func isRunbook(p string) bool { return strings.HasPrefix(p, catalog.RunbooksDir) }
 

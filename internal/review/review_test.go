@@ -302,3 +302,35 @@ func TestDiffInvalidSide(t *testing.T) {
 	require.False(t, res.OK())
 	golden(t, "diff_invalid.golden", got)
 }
+
+func TestDiffRetention(t *testing.T) {
+	t.Parallel()
+	before := with(base, "jobs/hello.yaml", helloYAML+"retention: {logs: 30d}\n")
+	got, res := diffText(t, before, with(base, "jobs/hello.yaml", helloYAML+"retention: {logs: 7d, artifacts: 48h}\n"))
+	require.True(t, res.OK())
+	require.Len(t, res.Impact.Jobs, 1)
+	require.Equal(t, &Change{Before: []string{"logs 30d"}, After: []string{"logs 7d", "artifacts 2d"}}, res.Impact.Jobs[0].Retention)
+	golden(t, "diff_retention.golden", got)
+
+	_, res = diffText(t, before, before)
+	require.Empty(t, res.Impact.Jobs)
+}
+
+func TestDiffExecution(t *testing.T) {
+	t.Parallel()
+	before := with(base, "jobs/hello.yaml", "name: hello\nrun: {command: [echo, hi], image: busybox:1.36, resources: {cpu: 0.5}}\n")
+	after := with(base, "jobs/hello.yaml", "name: hello\nisolation: required\nrun: {command: [echo, hi], image: busybox:1.37, resources: {cpu: 2, memory: 1Gi}, network: none, workdir: /src}\n")
+	got, res := diffText(t, before, after)
+	require.True(t, res.OK())
+	require.Len(t, res.Impact.Jobs, 1)
+	require.Equal(t, &Change{
+		Before: []string{"image busybox:1.36", "cpu 500m"},
+		After:  []string{"image busybox:1.37", "cpu 2", "memory 1Gi", "network none", "workdir /src", "isolation required"},
+	}, res.Impact.Jobs[0].Execution)
+	golden(t, "diff_execution.golden", got)
+
+	_, res = diffText(t, before, before)
+	require.Empty(t, res.Impact.Jobs)
+	_, res = diffText(t, with(base, "jobs/hello.yaml", helloYAML), with(base, "jobs/hello.yaml", helloYAML+"isolation: none\n"))
+	require.Empty(t, res.Impact.Jobs, "spelling out a default is no change")
+}

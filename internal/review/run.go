@@ -58,16 +58,23 @@ func (r *DiffResult) OK() bool { return r.Impact != nil }
 func DiffRevisions(dir, rev1, rev2 string, channels []string) (*DiffResult, error) {
 	var cats [2]*catalog.Catalog
 	var sides [2]DiffSide
+	empty := 0
 	for i, rev := range []string{rev1, rev2} {
 		r, err := ReadRevision(dir, rev)
 		if err != nil {
 			return nil, err
+		}
+		if !HasDefinitions(r.Files) {
+			empty++
 		}
 		cat, errs := catalog.Parse(r.Files)
 		sides[i] = DiffSide{Rev: rev, Commit: r.Commit, Errors: append(r.Errors, errs...)}
 		if len(sides[i].Errors) == 0 {
 			cats[i] = cat
 		}
+	}
+	if empty == 2 {
+		return nil, fmt.Errorf("%w at %s or %s in the repository of %s: expected jobs/*.yaml, policies/*.yaml or groups.yaml (docs/definitions.md); run jobplane diff in the definitions repository, or give it with --repo", ErrNoDefinitions, rev1, rev2, dir)
 	}
 	res := &DiffResult{Before: sides[0], After: sides[1]}
 	if cats[0] == nil || cats[1] == nil {

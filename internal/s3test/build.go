@@ -1,9 +1,6 @@
 package s3test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jobplane/jobplane/internal/toolcache"
 )
 
 // Environment variables of the S3 tests.
@@ -28,24 +27,8 @@ const weedPackage = "github.com/seaweedfs/seaweedfs/weed"
 // took about 25 minutes on a busy two-core machine (docs/operations.md).
 const buildBudget = 40 * time.Minute
 
-// ToolsDir finds tools/s3 from the working directory (a test runs in its
-// package's directory, somewhere below the module root).
-func ToolsDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "tools", "s3", "go.sum")); err == nil {
-			return filepath.Join(dir, "tools", "s3"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("s3test: no tools/s3/go.sum above the working directory")
-		}
-		dir = parent
-	}
-}
+// ToolsDir finds tools/s3 from the working directory.
+func ToolsDir() (string, error) { return toolcache.ToolsDir("s3") }
 
 // BinaryPath is where the weed binary of this tools module is cached:
 // $XDG_CACHE_HOME (or ~/.cache)/jobplane/weed-HASH/weed, HASH naming the
@@ -55,19 +38,11 @@ func BinaryPath(tools string) (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		return p, nil
 	}
-	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(tools, f))
-		if err != nil {
-			return "", err
-		}
-		h.Write(b)
-	}
-	cache, err := os.UserCacheDir()
+	dir, err := toolcache.Dir(tools, "weed")
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(cache, "jobplane", "weed-"+hex.EncodeToString(h.Sum(nil))[:16], "weed"), nil
+	return filepath.Join(dir, "weed"), nil
 }
 
 // Build builds weed into BinaryPath unless it is there already. Concurrent

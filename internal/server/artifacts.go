@@ -3,14 +3,20 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/jobplane/jobplane/internal/artifact"
+	artbroker "github.com/jobplane/jobplane/internal/artifact/broker"
 	"github.com/jobplane/jobplane/internal/catalog"
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/source"
+	"github.com/jobplane/jobplane/internal/source/tickets"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // objectStore is a Storage the server closes when it stops.
@@ -42,23 +48,37 @@ func openStorage(ctx context.Context, cfg config.Server) (objectStore, error) {
 }
 
 // openArtifacts opens the object store and the source broker over the
-// configured repositories.
-func openArtifacts(ctx context.Context, cfg config.Server) (control.ArtifactConfig, objectStore, *source.Broker, error) {
+// configured repositories (nil when there are none).
+func openArtifacts(ctx context.Context, cfg config.Server) (objectStore, *source.Broker, error) {
 	objs, err := openStorage(ctx, cfg)
 	if err != nil {
-		return control.ArtifactConfig{}, nil, nil, err
+		return nil, nil, err
 	}
-	out := control.ArtifactConfig{Storage: objs}
 	if len(cfg.SourceRepos) == 0 {
-		return out, objs, nil, nil
+		return objs, nil, nil
 	}
 	b, err := source.Open(cfg.SourceRepos, cfg.SourceMirrorDir())
 	if err != nil {
 		objs.Close()
-		return control.ArtifactConfig{}, nil, nil, fmt.Errorf("open source repositories: %w", err)
+		return nil, nil, fmt.Errorf("open source repositories: %w", err)
 	}
-	out.Sources = b
-	return out, objs, b, nil
+	return objs, b, nil
+}
+
+// artifactServices builds the artifact service and the source ticket
+// service over the run service: the configured repositories' archives come
+// from sources, GitHub repositories' from the App.
+func artifactServices(st store.Store, objs artifact.Storage, sources *source.Broker, svc *control.Service, ghapp *githubapp.Service,
+	apiURL string, clk clock.Clock, log *slog.Logger) (*artbroker.Service, *tickets.Service) {
+	arts := artbroker.New(artbroker.Config{Store: st, Clock: clk, Logger: log, Runs: svc, Storage: objs, APIURL: apiURL})
+	tcfg := tickets.Config{Store: st, Clock: clk, Runs: svc, APIURL: apiURL}
+	if sources != nil {
+		tcfg.Repos = sources
+	}
+	if ghapp != nil {
+		tcfg.Hosted = ghapp
+	}
+	return arts, tickets.New(tcfg)
 }
 
 func specArtifacts(j *catalog.Job) []protocol.ArtifactSpec {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/catalogs"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
@@ -39,6 +40,7 @@ type env struct {
 	repo  string
 	st    store.Store
 	svc   *control.Service
+	cats  *catalogs.Service
 	admin principal.Actor
 }
 
@@ -46,13 +48,16 @@ func newEnv(t *testing.T, st store.Store, repo string, channels map[string]strin
 	t.Helper()
 	defs, err := server.OpenDefinitionsWith(repo, gitsync.Options{Channels: channels})
 	require.NoError(t, err)
-	svc, err := control.New(control.Config{Store: st, Clock: clock.NewFake(t0), Definitions: defs})
+	fc := clock.NewFake(t0)
+	svc, err := control.New(control.Config{Store: st, Clock: fc, Definitions: defs})
+	require.NoError(t, err)
+	cats, err := catalogs.New(catalogs.Config{Store: st, Clock: fc, Definitions: defs, Runs: svc})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, svc.LoadCatalogs(ctx))
+	require.NoError(t, cats.LoadCatalogs(ctx))
 	tn, err := st.TenantEnsure(ctx, "default", nil)
 	require.NoError(t, err)
-	return &env{repo: repo, st: st, svc: svc, admin: principal.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}}
+	return &env{repo: repo, st: st, svc: svc, cats: cats, admin: principal.Actor{TenantID: tn.ID, Name: "admin", Kind: "user", Admin: true}}
 }
 
 func TestCatalogActivationsPersistAndPin(t *testing.T) {
@@ -63,7 +68,7 @@ func TestCatalogActivationsPersistAndPin(t *testing.T) {
 		good, err := gitsync.InitRepo(repo, "main", files(`"true"`), "init", gitsync.WithTime(t0))
 		require.NoError(t, err)
 		e := newEnv(t, st, repo, map[string]string{"prod": "main"})
-		require.NoError(t, e.svc.RefreshCatalogs(ctx))
+		require.NoError(t, e.cats.RefreshCatalogs(ctx))
 
 		// A run requested now pins the good commit and its job definition.
 		v, _, err := e.svc.RequestRun(ctx, e.admin, &protocol.RunRequest{Job: "greet", Channel: "prod"})
@@ -72,7 +77,7 @@ func TestCatalogActivationsPersistAndPin(t *testing.T) {
 
 		bad, err := gitsync.CommitFiles(repo, "main", map[string]string{"policies/p.yaml": "rules:\n  - id: r\n    jobs: [x]\n"}, "bad policy", gitsync.WithTime(t0.Add(time.Minute)))
 		require.NoError(t, err)
-		view, err := e.svc.SyncCatalogs(ctx, e.admin)
+		view, err := e.cats.SyncCatalogs(ctx, e.admin)
 		require.NoError(t, err)
 		require.Len(t, view.Channels, 1)
 		ch := view.Channels[0]
@@ -80,14 +85,14 @@ func TestCatalogActivationsPersistAndPin(t *testing.T) {
 		require.NotNil(t, ch.ActivatedAt)
 		require.Len(t, ch.Rejected, 1)
 		require.Equal(t, bad, ch.Rejected[0].Commit)
-		require.Equal(t, []control.CatalogError{{File: "policies/p.yaml", Line: 2, Column: 5, Message: "must name groups or users"}}, ch.Rejected[0].Errors)
+		require.Equal(t, []protocol.CatalogError{{File: "policies/p.yaml", Line: 2, Column: 5, Message: "must name groups or users"}}, ch.Rejected[0].Errors)
 
 		// A policy change (and a new command) after the request: the run keeps
 		// its commit and the definition it was authorized with.
 		changed, err := gitsync.CommitFiles(repo, "main", map[string]string{"policies/p.yaml": "rules:\n  - id: olga-only\n    jobs: [\"*\"]\n    users: [olga]\n",
 			"jobs/greet.yaml": "name: greet\nrun:\n  command: [\"false\"]\n"}, "tighten", gitsync.WithTime(t0.Add(2*time.Minute)))
 		require.NoError(t, err)
-		require.NoError(t, e.svc.RefreshCatalogs(ctx))
+		require.NoError(t, e.cats.RefreshCatalogs(ctx))
 		r, err := st.RunGetByID(ctx, v.Run.ID, false)
 		require.NoError(t, err)
 		require.Equal(t, good, r.Commit)
@@ -114,7 +119,7 @@ func TestCatalogActivationsPersistAndPin(t *testing.T) {
 		_, err = gitsync.CommitFiles(repo, "main", map[string]string{"groups.yaml": "groups: [\n"}, "bad again", gitsync.WithTime(t0.Add(3*time.Minute)))
 		require.NoError(t, err)
 		restarted := newEnv(t, st, repo, map[string]string{"prod": "main"})
-		jobs, err := restarted.svc.ListJobs(ctx, restarted.admin, "prod", "")
+		jobs, err := restarted.cats.ListJobs(ctx, restarted.admin, "prod", "")
 		require.NoError(t, err)
 		require.Equal(t, changed, jobs.Commit)
 		require.Len(t, jobs.Jobs, 1)
@@ -129,14 +134,14 @@ func TestRestartServesPersistedCommitOverHistory(t *testing.T) {
 		first, err := gitsync.InitRepo(repo, "main", files(`"true"`), "init", gitsync.WithTime(t0))
 		require.NoError(t, err)
 		e := newEnv(t, st, repo, map[string]string{"prod": "main"})
-		require.NoError(t, e.svc.RefreshCatalogs(ctx))
+		require.NoError(t, e.cats.RefreshCatalogs(ctx))
 		// Two commits the first process never saw: a good one, then a bad head.
 		_, err = gitsync.CommitFiles(repo, "main", map[string]string{"README.md": "x\n"}, "unseen", gitsync.WithTime(t0.Add(time.Minute)))
 		require.NoError(t, err)
 		_, err = gitsync.CommitFiles(repo, "main", map[string]string{"jobs/greet.yaml": "name: greet\n"}, "bad", gitsync.WithTime(t0.Add(2*time.Minute)))
 		require.NoError(t, err)
 		restarted := newEnv(t, st, repo, map[string]string{"prod": "main"})
-		jobs, err := restarted.svc.ListJobs(ctx, restarted.admin, "prod", "")
+		jobs, err := restarted.cats.ListJobs(ctx, restarted.admin, "prod", "")
 		require.NoError(t, err)
 		require.Equal(t, first, jobs.Commit, "the recorded active commit survives the restart")
 	})
@@ -161,25 +166,34 @@ func TestPatternChannelRunsAndShowJob(t *testing.T) {
 		require.ErrorIs(t, err, protocol.ErrBadRequest)
 		_, _, err = e.svc.RequestRun(ctx, e.admin, &protocol.RunRequest{Job: "greet", Channel: "prod", Ref: "feature/a"})
 		require.ErrorIs(t, err, protocol.ErrBadRequest)
+		// A ref of the pattern naming no branch is the client's error, and
+		// says which ref.
+		_, _, err = e.svc.RequestRun(ctx, e.admin, &protocol.RunRequest{Job: "greet", Channel: "sandbox", Ref: "feature/nope"})
+		require.ErrorIs(t, err, protocol.ErrNotFound)
+		require.NotErrorIs(t, err, protocol.ErrCatalogUnavailable)
+		var fe *protocol.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "ref", fe.Field)
+		require.Contains(t, err.Error(), `"feature/nope"`)
 
-		require.NoError(t, e.svc.RefreshCatalogs(ctx))
-		view, err := e.svc.Catalogs(ctx, e.admin)
+		require.NoError(t, e.cats.RefreshCatalogs(ctx))
+		view, err := e.cats.Catalogs(ctx, e.admin)
 		require.NoError(t, err)
 		require.Len(t, view.Channels, 2)
 		require.Equal(t, "sandbox", view.Channels[1].Channel)
 		require.Equal(t, "feature/a", view.Channels[1].Branch)
 		require.Equal(t, feat, view.Channels[1].ActiveCommit)
 
-		job, err := e.svc.ShowJob(ctx, e.admin, "prod", "", "greet")
+		job, err := e.cats.ShowJob(ctx, e.admin, "prod", "", "greet")
 		require.NoError(t, err)
 		require.Equal(t, []string{"ops"}, job.Owners)
 		require.Equal(t, "Greet\n=====\n\nSee the docs (https://example.com) and run it.\n", job.RunbookText)
-		require.Equal(t, []control.PrincipalAccess{{Principal: "*", Rule: "anyone"}, {Principal: "olga", Rule: "anyone"}}, job.MayRun)
-		_, err = e.svc.ShowJob(ctx, e.admin, "prod", "", "nope")
+		require.Equal(t, []protocol.PrincipalAccess{{Principal: "*", Rule: "anyone"}, {Principal: "olga", Rule: "anyone"}}, job.MayRun)
+		_, err = e.cats.ShowJob(ctx, e.admin, "prod", "", "nope")
 		require.ErrorIs(t, err, protocol.ErrUnknownJob)
-		_, err = e.svc.ListJobs(ctx, e.admin, "", "")
+		_, err = e.cats.ListJobs(ctx, e.admin, "", "")
 		require.ErrorIs(t, err, protocol.ErrBadRequest, "two channels: the channel is required")
-		_, err = e.svc.SyncCatalogs(ctx, principal.Actor{TenantID: e.admin.TenantID, Name: "olga"})
+		_, err = e.cats.SyncCatalogs(ctx, principal.Actor{TenantID: e.admin.TenantID, Name: "olga"})
 		require.ErrorIs(t, err, protocol.ErrForbidden)
 	})
 }

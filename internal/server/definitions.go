@@ -9,20 +9,25 @@ import (
 	"slices"
 
 	"github.com/jobplane/jobplane/internal/catalog"
+	"github.com/jobplane/jobplane/internal/catalogs"
+	"github.com/jobplane/jobplane/internal/connector"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/gitsync"
 	"github.com/jobplane/jobplane/internal/lease"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/schedule"
 )
 
 // definitions adapts the Git source to the run service and its catalog API
-// (control.CatalogSource).
+// (catalogs.Source).
 type definitions struct {
 	src *gitsync.Source
 }
 
 // OpenDefinitions opens the definitions repository for the run service, in
 // place, with main as the protected branch.
+var _ catalogs.Source = (*definitions)(nil)
+
 func OpenDefinitions(repo string, channels map[string]string) (control.Definitions, error) {
 	return OpenDefinitionsWith(repo, gitsync.Options{Channels: channels})
 }
@@ -49,6 +54,11 @@ func (d *definitions) Resolve(_ context.Context, channel, ref string) (control.C
 		return nil, fmt.Errorf("channel %q: %w", channel, protocol.ErrUnknownChannel)
 	case errors.Is(err, gitsync.ErrRefRequired), errors.Is(err, gitsync.ErrRefNotAllowed):
 		return nil, protocol.Refused(protocol.ErrBadRequest, err)
+	case ref != "" && errors.Is(err, gitsync.ErrBranchNotFound):
+		// The client named the branch: its absence is the client's error,
+		// unlike a fixed channel's branch missing from the repository.
+		return nil, &protocol.FieldError{Field: "ref", Err: protocol.Refused(protocol.ErrNotFound,
+			fmt.Errorf("ref %q names no branch of the repository of pattern channel %s", ref, channel))}
 	case err != nil:
 		return nil, protocol.Refused(protocol.ErrCatalogUnavailable, fmt.Errorf("definitions of channel %s: %w", channel, err))
 	}
@@ -62,13 +72,13 @@ func (d *definitions) Seed(ch, branch, c string) error { return d.src.Seed(ch, b
 
 // Observe resolves every channel, and every existing branch of each pattern
 // channel, in channel order.
-func (d *definitions) Observe(_ context.Context) []control.ChannelObservation {
-	var out []control.ChannelObservation
+func (d *definitions) Observe(_ context.Context) []catalogs.ChannelObservation {
+	var out []catalogs.ChannelObservation
 	channels := d.src.Channels()
 	for _, ch := range slices.Sorted(maps.Keys(channels)) {
 		branches, err := d.src.Branches(ch)
 		if err != nil {
-			out = append(out, control.ChannelObservation{Channel: ch, Branch: channels[ch], Err: err.Error()})
+			out = append(out, catalogs.ChannelObservation{Channel: ch, Branch: channels[ch], Err: err.Error()})
 			continue
 		}
 		for _, br := range branches {
@@ -76,22 +86,22 @@ func (d *definitions) Observe(_ context.Context) []control.ChannelObservation {
 			if d.src.IsPattern(ch) {
 				ref = br
 			}
-			o := control.ChannelObservation{Channel: ch, Branch: br}
+			o := catalogs.ChannelObservation{Channel: ch, Branch: br}
 			snap, err := d.src.Resolve(ch, ref)
 			var ce *gitsync.CatalogError
 			switch {
 			case err == nil:
 				o.Head = snap.Head
-				o.Active = &control.CommitInfo{Commit: snap.Commit, Author: snap.Author, At: snap.CommittedAt}
+				o.Active = &catalogs.CommitInfo{Commit: snap.Commit, Author: snap.Author, At: snap.CommittedAt}
 			case errors.As(err, &ce):
 				o.Head, o.Err = ce.Commit, "no commit of the branch validates"
 			default:
 				o.Err = err.Error()
 			}
 			for _, r := range d.src.Rejections(ch, br) {
-				rc := control.RejectedCommit{CommitInfo: control.CommitInfo{Commit: r.Commit, Author: r.Author, At: r.At}, Errors: []control.CatalogError{}}
+				rc := catalogs.RejectedCommit{CommitInfo: catalogs.CommitInfo{Commit: r.Commit, Author: r.Author, At: r.At}, Errors: []protocol.CatalogError{}}
 				for _, e := range r.Errors {
-					rc.Errors = append(rc.Errors, control.CatalogError{File: e.File, Line: e.Line, Column: e.Column, Message: e.Message})
+					rc.Errors = append(rc.Errors, protocol.CatalogError{File: e.File, Line: e.Line, Column: e.Column, Message: e.Message})
 				}
 				o.Rejected = append(o.Rejected, rc)
 			}
@@ -121,35 +131,50 @@ func (p *pinned) Job(name string) (control.Spec, bool) {
 	if labels == nil {
 		labels = []string{}
 	}
-	var conns map[string]control.SpecConnector
+	var conns map[string]connector.Pinned
 	for name, level := range j.Connectors {
 		def, _ := p.snap.Catalog.Connector(name) // references are checked at parse
 		if conns == nil {
-			conns = map[string]control.SpecConnector{}
+			conns = map[string]connector.Pinned{}
 		}
-		conns[name] = control.SpecConnector{Declared: level, Def: def}
+		conns[name] = connector.Pinned{Declared: level, Def: def}
 	}
 	var leases []lease.Template
 	for _, l := range j.Leases {
 		leases = append(leases, lease.Template{Key: l.Key, OnConflict: l.OnConflict, Limit: l.Limit, Once: l.Once})
 	}
+	var retention *control.SpecRetention
+	if r := j.Retention; r != nil {
+		retention = &control.SpecRetention{Logs: control.Duration(r.Logs), Artifacts: control.Duration(r.Artifacts)}
+	}
+	var resources *control.SpecResources
+	if r := j.Run.Resources; r != nil {
+		resources = &control.SpecResources{CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes}
+	}
+	isolation := ""
+	if j.Isolation == catalog.IsolationRequired {
+		isolation = j.Isolation
+	}
 	return control.Spec{
-		Artifacts: specArtifacts(j), Source: specSource(j),
+		Artifacts: specArtifacts(j), Source: specSource(j), Retention: retention,
+		Image: j.Run.Image, Resources: resources, Network: j.Run.Network, Workdir: j.Run.Workdir,
+		Isolation:  isolation,
 		Leases:     leases,
 		Connectors: conns,
 		Name:       j.Name, Command: j.Run.Command, Env: j.Run.Env,
 		Timeout: control.Duration(j.Run.Timeout), LeaseTTL: control.Duration(j.Run.LeaseTTL),
 		Pool: j.RunsOn.Pool, Labels: labels,
 		MaxAttempts: j.Retries.MaxAttempts, Backoff: control.Duration(j.Retries.Backoff),
+		Workflow: j.Workflow,
 	}, true
 }
 
-// Schedules lists the jobs with a schedule block (control.ScheduleCatalog).
-func (p *pinned) Schedules() []control.JobSchedule {
-	var out []control.JobSchedule
+// Schedules lists the jobs with a schedule block (schedule.Catalog).
+func (p *pinned) Schedules() []schedule.Job {
+	var out []schedule.Job
 	for _, j := range p.snap.Catalog.Jobs() {
 		if s := j.Schedule; s != nil {
-			out = append(out, control.JobSchedule{Job: j.Name, Cron: s.Cron, TZ: s.TZ, Channel: s.Channel, Params: s.Params, CatchUp: s.CatchUp})
+			out = append(out, schedule.Job{Job: j.Name, Cron: s.Cron, TZ: s.TZ, Channel: s.Channel, Params: s.Params, CatchUp: s.CatchUp})
 		}
 	}
 	return out
@@ -182,22 +207,10 @@ func (p *pinned) Decide(req control.DecisionRequest) control.Decision {
 	detail, _ := json.Marshal(d)
 	out := control.Decision{Allowed: d.Allowed, Rule: d.Rule, Explanation: d.Explanation, Grants: d.Grants, ForksFull: d.ForksFull, Detail: detail}
 	if d.NeedsApproval != nil {
-		out.Approval = &control.ApprovalRequirement{
+		out.Approval = &protocol.ApprovalRequirement{
 			Count: d.NeedsApproval.Count, Groups: d.NeedsApproval.Groups,
-			Approvers: p.members(d.NeedsApproval.Groups),
+			Approvers: p.snap.Catalog.Approvers(d.NeedsApproval.Groups),
 		}
 	}
 	return out
-}
-
-// members expands groups to the sorted, distinct names of their members.
-func (p *pinned) members(groups []string) []string {
-	var out []string
-	for _, g := range groups {
-		if grp, ok := p.snap.Catalog.Group(g); ok {
-			out = append(out, grp.Members...)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }

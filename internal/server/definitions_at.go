@@ -1,13 +1,13 @@
 package server
 
 import (
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/catalogs"
 	"github.com/jobplane/jobplane/internal/gitsync"
 )
 
 // AtCommit returns the definitions of an exact commit, as a run pinned to it
-// sees them (control.CommitDefinitions).
-func (d *definitions) AtCommit(channel, branch, commit string) (control.JobCatalog, error) {
+// sees them (catalogs.CommitDefinitions).
+func (d *definitions) AtCommit(channel, branch, commit string) (catalogs.JobCatalog, error) {
 	cat, err := d.src.AtCommit(commit)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ const DefinitionsRepoName = ".jobplane"
 const maxDefinitionsArchive = 64 << 20
 
 // githubCatalogs reads tenants' definitions from their installation's
-// .jobplane repository (control.GitHubCatalogs). The default branch's head
+// .jobplane repository (githubapp.Catalogs). The default branch's head
 // is resolved on every use (two small API calls with cached tokens) and the
 // archive fetched and parsed only when the head changed, so a push to
 // .jobplane applies to the next pull request without any push webhook.
@@ -60,7 +60,7 @@ func newGitHubCatalogs(app *github.App, st store.Store, channel string, clk cloc
 		bad: map[int64]string{}, headAt: map[int64]time.Time{}}
 }
 
-// TenantCatalogWithin implements control.GitHubCatalogsWithin: the last
+// TenantCatalogWithin implements githubapp.CatalogsWithin: the last
 // good catalog when its head was confirmed less than maxAge ago, else
 // TenantCatalog. Whether the installation grants .jobplane is still read
 // from the database every time, so losing it applies at once.
@@ -97,7 +97,7 @@ func (g *githubCatalogs) definitionsRepo(ctx context.Context, in *store.GitHubIn
 	return "", nil
 }
 
-// TenantCatalog implements control.GitHubCatalogs.
+// TenantCatalog implements githubapp.Catalogs.
 func (g *githubCatalogs) TenantCatalog(ctx context.Context, in *store.GitHubInstallation) (control.Catalog, error) {
 	repo, err := g.definitionsRepo(ctx, in)
 	if err != nil || repo == "" {

@@ -13,7 +13,9 @@ import (
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/github/fakegithub"
+	"github.com/jobplane/jobplane/internal/githubapp"
 	"github.com/jobplane/jobplane/internal/principal"
+	"github.com/jobplane/jobplane/internal/schedule"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 )
@@ -44,12 +46,12 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 	f.AddRepo(2, "svc", svcDir)
 	app, err := github.New(github.Config{AppID: 5, PrivateKey: key, BaseURL: f.URL, Clock: fc})
 	require.NoError(t, err)
-	svc, err := control.New(control.Config{Store: st, Clock: fc})
+	svc, err := githubapp.New(githubapp.Config{Store: st, Clock: fc})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, inst := range []int64{1, 2} {
 		d := fakegithub.NewDelivery("installation", f.InstallationPayload("created", inst))
-		_, err := svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+		_, err := svc.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 		require.NoError(t, err)
 	}
 	inst := func(id int64) *store.GitHubInstallation {
@@ -63,7 +65,7 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, cat)
 	require.Equal(t, sha1, cat.Commit())
-	require.Equal(t, []string{"lint"}, cat.(control.PullRequestCatalog).PullRequestJobs("opened", false))
+	require.Equal(t, []string{"lint"}, cat.(githubapp.PullRequestCatalog).PullRequestJobs("opened", false))
 	_, ok := cat.Job("lint")
 	require.True(t, ok)
 
@@ -76,7 +78,7 @@ func TestTenantDefinitionsFromDotJobplane(t *testing.T) {
 	cat, err = gc.TenantCatalog(ctx, inst(1))
 	require.NoError(t, err)
 	require.Equal(t, sha2, cat.Commit())
-	require.Equal(t, []string{"fmt", "lint"}, cat.(control.PullRequestCatalog).PullRequestJobs("opened", false))
+	require.Equal(t, []string{"fmt", "lint"}, cat.(githubapp.PullRequestCatalog).PullRequestJobs("opened", false))
 
 	// A head that does not validate keeps the last good commit.
 	fakegithub.Commit(t, defsDir, map[string]string{"jobs/fmt.yaml": "name: fmt\n"})
@@ -145,17 +147,21 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 		app, err := github.New(github.Config{AppID: 5, PrivateKey: key, BaseURL: f.URL, Clock: fc})
 		require.NoError(t, err)
 		gc := newGitHubCatalogs(app, st, "prod", fc, slog.New(slog.DiscardHandler))
-		svc, err := control.New(control.Config{Store: st, Clock: fc, GitHub: &control.GitHubRuns{Channel: "prod", Catalogs: gc}})
+		gh, err := githubapp.New(githubapp.Config{Store: st, Clock: fc, Channel: "prod", Catalogs: gc})
 		require.NoError(t, err)
+		svc, err := control.New(control.Config{Store: st, Clock: fc, Tenants: gh})
+		require.NoError(t, err)
+		gh.Attach(svc)
+		sched := schedule.New(schedule.Config{Store: st, Clock: fc, Runs: svc, Tenants: gh})
 		deliver := func(d fakegithub.Delivery) {
-			_, err := svc.HandleGitHubDelivery(ctx, control.GitHubDelivery{ID: d.GUID, Event: d.Event, Body: d.Body})
+			_, err := gh.HandleDelivery(ctx, githubapp.Delivery{ID: d.GUID, Event: d.Event, Body: d.Body})
 			require.NoError(t, err)
 		}
 		deliver(fakegithub.NewDelivery("installation", f.InstallationPayload("created", 1)))
 		in, err := st.GitHubInstallationGet(ctx, 1)
 		require.NoError(t, err)
 		fire := func() int {
-			n, err := svc.FireSchedules(ctx)
+			n, err := sched.Fire(ctx)
 			require.NoError(t, err)
 			return n
 		}
@@ -184,9 +190,9 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 		}
 		require.Len(t, runs(), 1)
 		require.Equal(t, "report", runs()[0].Run.Job)
-		require.Equal(t, control.SchedulerPrincipal, runs()[0].Run.Actor)
+		require.Equal(t, schedule.Principal, runs()[0].Run.Actor)
 		require.LessOrEqual(t, reads(), 7)
-		v, err := svc.ListSchedules(ctx, principal.Actor{TenantID: in.Tenant})
+		v, err := sched.List(ctx, principal.Actor{TenantID: in.Tenant})
 		require.NoError(t, err)
 		require.Len(t, v.Schedules, 1)
 		require.Equal(t, "*/5 * * * *", v.Schedules[0].Cron)
@@ -195,7 +201,7 @@ func TestTenantSchedulesFromDotJobplane(t *testing.T) {
 		fakegithub.Commit(t, defsDir, map[string]string{"jobs/report.yaml": job("0 * * * *")})
 		fc.Advance(time.Minute)
 		fire()
-		v, err = svc.ListSchedules(ctx, principal.Actor{TenantID: in.Tenant})
+		v, err = sched.List(ctx, principal.Actor{TenantID: in.Tenant})
 		require.NoError(t, err)
 		require.Equal(t, "0 * * * *", v.Schedules[0].Cron)
 

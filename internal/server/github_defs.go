@@ -3,7 +3,7 @@ package server
 import "slices"
 
 // PullRequestJobs lists the jobs whose on.pull_request matches a pull
-// request action (control.PullRequestCatalog).
+// request action (githubapp.PullRequestCatalog).
 func (p *pinned) PullRequestJobs(action string, draft bool) []string {
 	var out []string
 	for _, j := range p.snap.Catalog.Jobs() {

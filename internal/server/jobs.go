@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/jobplane/jobplane/internal/catalog"
-	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 // Jobs lists the catalog's jobs for the jobs API.
-func (p *pinned) Jobs() []control.JobInfo {
-	var out []control.JobInfo
+func (p *pinned) Jobs() []protocol.JobInfo {
+	var out []protocol.JobInfo
 	for _, j := range p.snap.Catalog.Jobs() {
 		out = append(out, jobInfo(j))
 	}
@@ -21,10 +21,10 @@ func (p *pinned) Jobs() []control.JobInfo {
 
 // Describe returns a job with its runbook, read from the pinned commit and
 // rendered as plain text (a runbook that cannot be read says so instead).
-func (p *pinned) Describe(name string) (control.JobInfo, bool) {
+func (p *pinned) Describe(name string) (protocol.JobInfo, bool) {
 	j, ok := p.snap.Catalog.Job(name)
 	if !ok {
-		return control.JobInfo{}, false
+		return protocol.JobInfo{}, false
 	}
 	info := jobInfo(j)
 	if j.Runbook != "" {
@@ -59,13 +59,13 @@ func (p *pinned) Principals() []string {
 	return slices.Compact(out)
 }
 
-func jobInfo(j *catalog.Job) control.JobInfo {
+func jobInfo(j *catalog.Job) protocol.JobInfo {
 	def, _ := json.Marshal(j)
 	owners := j.Owners
 	if owners == nil {
 		owners = []string{}
 	}
-	return control.JobInfo{Name: j.Name, File: j.File, Description: j.Description, Owners: owners, Runbook: j.Runbook, Definition: def}
+	return protocol.JobInfo{Name: j.Name, File: j.File, Description: j.Description, Owners: owners, Runbook: j.Runbook, Definition: def}
 }
 
 var (

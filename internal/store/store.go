@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -43,16 +46,58 @@ func Refusal(err error) error {
 		return fmt.Errorf("nonce already used: %w", protocol.ErrNonceReused)
 	case errors.Is(err, ErrCommitUnknown):
 		return fmt.Errorf("%w: %w", protocol.ErrRetry, err)
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrContention):
+	case errors.Is(err, ErrContention):
 		return fmt.Errorf("%w: %w", protocol.ErrUnavailable, err)
+	case errors.Is(err, ErrUnavailable), ConnectionLost(err):
+		// The detail stops before the driver's text (problem.Of).
+		return fmt.Errorf("the database is unavailable, retry later: %w: %w", protocol.ErrUnavailable, err)
 	}
 	return err
+}
+
+// ConnectionLost reports whether err is the database connection failing
+// rather than the statement: a connection refused, reset or closed, a
+// backend terminated by an administrator or a server shutting down or
+// starting (SQLSTATE class 08, 57P01–57P05, 53300). Nothing of a
+// transaction that failed so before its COMMIT was sent is kept, so the
+// request is safe to repeat: it is answered 503 with Retry-After, never
+// 500. A COMMIT that failed so is ErrCommitUnknown instead (its caller
+// knows it sent one). Driver errors are recognized by their methods, so
+// that this package needs no driver.
+func ConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		switch code := state.SQLState(); {
+		case strings.HasPrefix(code, "08"), code == "53300":
+			return true
+		case strings.HasPrefix(code, "57P"):
+			return true // admin, crash and idle-session shutdowns, cannot connect now, database dropped
+		}
+		return false
+	}
+	var retry interface{ SafeToRetry() bool }
+	if errors.As(err, &retry) && retry.SafeToRetry() {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	for _, e := range []error{io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.EPIPE, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // RunState is the state of a run.
 type RunState string
 
-// Run states (ARCHITECTURE.md "State machines").
+// Run states (docs/lifecycle.md).
 const (
 	RunPendingApproval RunState = "pending_approval"
 	RunQueued          RunState = "queued"
@@ -64,7 +109,12 @@ const (
 	RunDenied          RunState = "denied"
 	RunRejected        RunState = "rejected"
 	RunExpired         RunState = "expired"
+	// RunSuperseded: a newer head of its pull request replaced it.
+	RunSuperseded RunState = "superseded"
 )
+
+// RunStates are every run state, in lifecycle order.
+var RunStates = []RunState{RunPendingApproval, RunQueued, RunRunning, RunSucceeded, RunFailed, RunCancelled, RunTimedOut, RunDenied, RunRejected, RunExpired}
 
 // Terminal reports whether no further transition is possible.
 func (s RunState) Terminal() bool {
@@ -176,7 +226,41 @@ type Attempt struct {
 	Repo string
 	// ManagedOnly keeps the attempt from self-hosted runners (safe mode).
 	ManagedOnly bool
+	// Needs is what the runner's executor must be able to do: a runner
+	// whose Capabilities lack one of them never claims the attempt.
+	Needs Capabilities
 }
+
+// Capabilities is a set of what an executor can do (docs/executors.md).
+type Capabilities uint8
+
+// The capabilities. The values are stored: never renumber them.
+const (
+	// CapImages: runs a job's run.image.
+	CapImages Capabilities = 1 << iota
+	// CapIsolated: the job cannot reach the runner's key, files or
+	// processes.
+	CapIsolated
+)
+
+// Has says whether c has every capability of need.
+func (c Capabilities) Has(need Capabilities) bool { return need&^c == 0 }
+
+// String is how the web UI shows c (protocol.Capabilities spells it the
+// same way).
+func (c Capabilities) String() string {
+	s := "not isolated"
+	if c.Has(CapIsolated) {
+		s = "isolated"
+	}
+	if c.Has(CapImages) {
+		s += ", images"
+	}
+	return s
+}
+
+// ExecutorProcess is the executor of a runner that never named one.
+const ExecutorProcess = "process"
 
 // Runner is a registered execution agent.
 type Runner struct {
@@ -193,6 +277,11 @@ type Runner struct {
 	Version        string
 	LastSeenAt     *time.Time
 	CreatedAt      time.Time
+	// Executor names what runs its jobs (ExecutorProcess when it never
+	// said), and Capabilities what that executor can do, as the runner
+	// last stated at registration or heartbeat.
+	Executor     string
+	Capabilities Capabilities
 }
 
 // Runner statuses.
@@ -345,8 +434,11 @@ type AttemptClaimParams struct {
 	RunnerLabels []string // an attempt is eligible if its labels are a subset
 	// SelfHosted runners skip ManagedOnly attempts; a runner with
 	// AllowedRepos claims only attempts whose Repo is listed.
-	SelfHosted     bool
-	AllowedRepos   []string
+	SelfHosted   bool
+	AllowedRepos []string
+	// Capabilities: an attempt is eligible if it needs none the runner
+	// lacks.
+	Capabilities   Capabilities
 	RunnerID       string
 	LeaseDigest    string
 	ClaimRequestID string
@@ -362,7 +454,7 @@ func (p *AttemptClaimParams) Scope() string {
 	repos := slices.Clone(p.AllowedRepos)
 	slices.Sort(repos)
 	return p.Tenant + "\x00" + p.Pool + "\x00" + strings.Join(labels, "\x00") + "\x01" + strconv.FormatBool(p.SelfHosted) +
-		"\x01" + strings.Join(repos, "\x00")
+		"\x01" + strings.Join(repos, "\x00") + "\x01" + strconv.Itoa(int(p.Capabilities))
 }
 
 // ClaimSlot is one attempt's share of a claim of several.
@@ -392,10 +484,13 @@ type AttemptRenewParams struct {
 	Now         *time.Time
 }
 
-// AuditListParams pages the audit log.
+// AuditListParams pages the audit log: forward from After in sequence
+// order, or, with Desc, backward from Before (newest first).
 type AuditListParams struct {
 	Tenant string
 	After  int64
+	Before int64     // optional: events with a smaller sequence number
+	Desc   bool      // newest first
 	RunID  string    // subject filter, optional
 	Actor  string    // optional
 	Since  time.Time // optional: events at or after
@@ -432,12 +527,14 @@ type RunListParams struct {
 
 // Queries is what both a Store and a Tx can do. Methods are alphabetized.
 type Queries interface {
+	ActionsQueries
 	ArtifactQueries
 	AuditQueries
 	MetricsQueries
 	CatalogQueries
 	ScheduleQueries
 	GitHubQueries
+	RetentionQueries
 
 	// APITokenCreate inserts a token.
 	APITokenCreate(ctx context.Context, t *APIToken) error
@@ -589,6 +686,9 @@ type Queries interface {
 	LogAppends(ctx context.Context, ps []*LogAppendParams) error
 	// LogList lists a run's lines with ID > After in order.
 	LogList(ctx context.Context, p *LogListParams) ([]*LogLine, error)
+	// LogArchiveList lists a run's log archives that are not being
+	// deleted, by FirstID.
+	LogArchiveList(ctx context.Context, runID string) ([]*LogArchive, error)
 
 	// NonceInsert records a runner's nonce; ErrAlreadyExists when it is known.
 	NonceInsert(ctx context.Context, runnerID, nonce string, expiresAt time.Time) error
@@ -663,7 +763,8 @@ type Queries interface {
 	RunnerList(ctx context.Context, tenant string) ([]*Runner, error)
 	// RunnerTouch sets LastSeenAt to now.
 	RunnerTouch(ctx context.Context, id string, now *time.Time) error
-	// RunnerUpdate writes Status, PublicKey, KeyFingerprint and Labels.
+	// RunnerUpdate writes Status, PublicKey, KeyFingerprint, Labels,
+	// Executor and Capabilities.
 	RunnerUpdate(ctx context.Context, r *Runner) error
 
 	// SecretGet reads a secret of a tenant for a channel ("" for all channels).

@@ -1,10 +1,13 @@
 package web
 
 import (
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+
+	"github.com/jobplane/jobplane/internal/protocol"
 )
 
 func (h *Handler) routesArtifacts(m *http.ServeMux) {
@@ -15,7 +18,11 @@ func (h *Handler) routesArtifacts(m *http.ServeMux) {
 // by the browser (attachment, octet-stream, nosniff, a sandboxing CSP), so
 // an HTML artifact cannot run script on this origin.
 func (h *Handler) downloadArtifact(w http.ResponseWriter, r *http.Request, s *session) {
-	a, rc, err := h.svc.OpenArtifact(r.Context(), s.Actor, r.PathValue("id"), r.PathValue("name"))
+	if h.arts == nil {
+		h.renderError(w, r, s, fmt.Errorf("run %s has no artifact %q: %w", r.PathValue("id"), r.PathValue("name"), protocol.ErrNotFound))
+		return
+	}
+	a, rc, err := h.arts.OpenArtifact(r.Context(), s.Actor, r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return

@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"html"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	_ "modernc.org/sqlite" // the raw connection that tampers with the audit log
 
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/store"
 )
 
 // The audit page verifies the hash chain: intact, then broken by an edit
@@ -57,4 +60,44 @@ func TestAuditChainStatusAndRunTrail(t *testing.T) {
 	require.NoError(t, err)
 	_, body = admin.get("/audit/chain")
 	require.Contains(t, body, "Chain broken")
+}
+
+// The audit page lists the newest event first; "Older events" continues
+// below the last event shown, keeping the filters, until the oldest.
+func TestAuditPageNewestFirstPagesBackward(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	require.NoError(t, e.st.InTx(ctx, func(tx store.Tx) error {
+		for i := range 150 {
+			ev := &store.AuditEvent{Tenant: e.admin.TenantID, Actor: "pager", Action: "test.page", Subject: fmt.Sprintf("s_%03d", i)}
+			if err := tx.AuditAppend(ctx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	admin := e.client()
+	admin.signIn(adminToken)
+	link := regexp.MustCompile(`<a href="([^"]*)" rel="next">Older events</a>`)
+
+	_, page := admin.get("/audit?actor=pager")
+	require.Less(t, strings.Index(page, "s_149"), strings.Index(page, "s_148"), "newest first")
+	require.Contains(t, page, "s_050")
+	require.NotContains(t, page, "s_049")
+	require.NotContains(t, page, "Newest events", "the first page is the newest")
+	m := link.FindStringSubmatch(page)
+	require.NotNil(t, m, "a link to older events")
+	older := html.UnescapeString(m[1])
+	require.Contains(t, older, "actor=pager", "the link keeps the filter")
+
+	_, page = admin.get(older)
+	require.Less(t, strings.Index(page, "s_049"), strings.Index(page, "s_048"))
+	require.Contains(t, page, "s_000")
+	require.NotContains(t, page, "s_050")
+	require.Nil(t, link.FindStringSubmatch(page), "the oldest page links no further")
+	require.Contains(t, page, `<a href="/audit?actor=pager" rel="first">Newest events</a>`)
+
+	resp, _ := admin.get("/audit?before=x")
+	require.Equal(t, 400, resp.StatusCode)
 }

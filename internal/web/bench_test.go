@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/admin"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/id"
+	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/store"
 	"github.com/jobplane/jobplane/internal/store/testdb"
 	"github.com/jobplane/jobplane/internal/web"
@@ -61,10 +64,12 @@ func seedRuns(b *testing.B, st store.Store) (http.Handler, *http.Cookie, string)
 		b.Fatal(err)
 	}
 	const token = "jpt_bench-admin-token-0123456789"
-	if err := svc.EnsureAdmin(ctx, token); err != nil {
+	adm := admin.New(st, clock.Real{})
+	adm.OnRunnersChanged(svc.RunnersChanged)
+	if err := adm.EnsureAdmin(ctx, token); err != nil {
 		b.Fatal(err)
 	}
-	tn, err := st.TenantEnsure(ctx, control.DefaultTenant, nil)
+	tn, err := st.TenantEnsure(ctx, principal.DefaultTenant, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,6 +114,6 @@ func seedRuns(b *testing.B, st store.Store) (http.Handler, *http.Cookie, string)
 			b.Fatal(err)
 		}
 	}
-	h := web.New(web.Config{Control: svc, Auth: &authn.Authenticator{Store: st, Clock: clock.Real{}}})
+	h := web.New(web.Config{Control: svc, Admin: adm, Audit: audit.NewLog(st), Auth: &authn.Authenticator{Store: st, Clock: clock.Real{}}})
 	return h, &http.Cookie{Name: "jobplane_session", Value: token}, deep
 }

@@ -339,7 +339,7 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the lease page never showed the holder and its waiter")
 		b.do(admin, chromedp.Reload(), chromedp.WaitVisible(q("main h1")))
 	}
-	lv, err := e.svc.ShowLease(ctx, e.admin, "db:prod")
+	lv, err := e.svc.Leases().Show(ctx, e.admin, "db:prod")
 	require.NoError(t, err)
 	require.Len(t, lv.Holders, 1)
 	held := lv.Holders[0].RunID
@@ -370,4 +370,53 @@ func TestBrowserLeaseBreakGlassAndAudit(t *testing.T) {
 	)
 	require.True(t, b.eval(admin, `document.querySelector("table.audit").textContent.includes("stuck migration") && document.querySelector("table.audit").textContent.includes("admin")`))
 	require.False(t, b.eval(admin, `document.querySelector("table.audit").textContent.includes("run.requested")`), "the action filter applies")
+}
+
+// The run page's header (state, duration, actor, cancel) stays in view as
+// the page scrolls, on a phone-sized screen, and after it refreshes
+// itself, and a live run's log starts above the fold on a desktop screen; a control without the sticky rule scrolls away, so the check can
+// fail.
+func TestBrowserRunHeadStaysInView(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := newBrowser(t, e)
+	v, _, err := e.svc.RequestRun(context.Background(), e.actor("alice"), &protocol.RunRequest{Job: "rotate", Channel: "prod", Reason: "sticky"})
+	require.NoError(t, err)
+
+	tab := b.tab("alice")
+	b.signIn(tab, e.tokens["alice"], "alice")
+	// On a desktop screen the live run's log starts above the fold.
+	b.do(tab,
+		chromedp.Navigate(b.base+"/runs/"+v.Run.ID),
+		chromedp.WaitVisible(q("#head-cancel")),
+	)
+	require.True(t, b.eval(tab, `window.scrollY === 0 && document.querySelector("#log").getBoundingClientRect().top < window.innerHeight`), "the log is above the fold")
+
+	b.do(tab, chromedp.EmulateViewport(375, 600))
+	b.do(tab,
+		chromedp.Navigate(b.base+"/runs/"+v.Run.ID),
+		chromedp.WaitVisible(q("#head-cancel")),
+	)
+	require.True(t, b.eval(tab, `document.documentElement.scrollHeight > 2 * window.innerHeight`), "the page is long enough to scroll past its header")
+	inView := `(() => { const h = document.querySelector("#run-head").getBoundingClientRect();
+		const c = document.querySelector("#head-cancel").getBoundingClientRect();
+		const s = document.querySelector("#head-state").getBoundingClientRect();
+		const top = document.elementFromPoint(s.left + s.width / 2, s.top + s.height / 2);
+		return h.top >= 0 && h.top < 2 && h.bottom <= window.innerHeight && c.top >= 0 && c.bottom <= window.innerHeight &&
+			top !== null && document.querySelector("#run-head").contains(top); })()`
+	scroll := func(y string) {
+		b.do(tab, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, `+y+`)`), waitJS(`window.scrollY > 0`))
+	}
+	scroll(`document.documentElement.scrollHeight`)
+	require.True(t, b.eval(tab, inView), "scrolled to the bottom, the header is in view and on top")
+	scroll(`window.innerHeight`)
+	require.True(t, b.eval(tab, inView), "half-way down, the header is in view")
+
+	// The header replaces itself every 2 s while the run is live.
+	b.do(tab, chromedp.Evaluate[chromedp.Void](`document.querySelector("#run-head").dataset.old = "1"`),
+		waitJS(`document.querySelector("#run-head") && !document.querySelector("#run-head").dataset.old`))
+	require.True(t, b.eval(tab, inView), "refreshed, the header is still in view")
+
+	b.do(tab, chromedp.Evaluate[chromedp.Void](`document.querySelector("#run-head").style.position = "static"`))
+	require.False(t, b.eval(tab, inView), "without position: sticky the header scrolls away")
 }

@@ -28,10 +28,10 @@ func TestPinnedCommitAndCatalog(t *testing.T) {
 	changed := strings.Replace(defs["jobs/greet.yaml"], "description: Says hello, then waits for its gate", "description: Greets in a new way", 1)
 	active, err := gitsync.CommitFiles(e.repo, "main", map[string]string{"jobs/greet.yaml": changed}, "new description")
 	require.NoError(t, err)
-	require.NoError(t, e.svc.RefreshCatalogs(ctx))
+	require.NoError(t, e.srv.Catalogs().RefreshCatalogs(ctx))
 	bad, err := gitsync.CommitFiles(e.repo, "main", map[string]string{"jobs/broken.yaml": "name: broken\nrun: {}\n"}, "broken job")
 	require.NoError(t, err)
-	require.NoError(t, e.svc.RefreshCatalogs(ctx))
+	require.NoError(t, e.srv.Catalogs().RefreshCatalogs(ctx))
 
 	c := e.client()
 	c.signIn(e.tokens["alice"])

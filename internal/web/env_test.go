@@ -80,11 +80,18 @@ run:
   timeout: 5m
   lease_ttl: 10s
 `,
+		"jobs/rotate.yaml": `name: rotate
+description: Rotates a key; one of ops approves another's rotation
+run:
+  command: [sh, -c, 'echo rotating; exit 3']
+  timeout: 5m
+`,
 		"runbooks/greet.md": "# Greeting\n\nRun it **gently**. <script>document.title='pwned'</script>\n\n" +
 			"[safe](https://example.com/docs) [evil](javascript:alert(1)) [evil2](JaVaScRiPt:alert(2)) <javascript:alert(3)>\n",
 		"groups.yaml": `groups:
   ops: {members: [admin, alice]}
   leads: {members: [bob]}
+  contractors: {members: [mallory]}
 `,
 		"policies/main.yaml": `rules:
   - id: anyone-greets
@@ -93,6 +100,14 @@ run:
   - id: ops-migrate
     jobs: [migrate]
     groups: [ops]
+  - id: no-greetings-from-contractors
+    effect: deny
+    jobs: [greet]
+    groups: [contractors]
+  - id: ops-rotate-with-ops-approval
+    jobs: [rotate]
+    groups: [ops]
+    approval: {count: 1, groups: [ops]}
   - id: deploy-needs-a-lead
     jobs: [deploy]
     groups: [ops]
@@ -155,10 +170,10 @@ func newEnvDB(t *testing.T, dsn string) *env {
 	p, err := (&authn.Authenticator{Store: e.st, Clock: clock.Real{}}).Principal(ctx, bearer(adminToken))
 	require.NoError(t, err)
 	e.admin = principal.Actor{TenantID: p.Tenant, Name: p.Name, Kind: p.Kind, Admin: p.Admin}
-	for _, name := range []string{"alice", "bob"} {
-		_, err := e.svc.CreatePrincipal(ctx, e.admin, &protocol.PrincipalRequest{Name: name, Kind: "user"})
+	for _, name := range []string{"alice", "bob", "mallory"} {
+		_, err := e.srv.Admin().CreatePrincipal(ctx, e.admin, &protocol.PrincipalRequest{Name: name, Kind: "user"})
 		require.NoError(t, err)
-		tok, err := e.svc.CreateToken(ctx, e.admin, name, 3600)
+		tok, err := e.srv.Admin().CreateToken(ctx, e.admin, name, 3600)
 		require.NoError(t, err)
 		e.tokens[name] = tok.Token
 	}
@@ -202,7 +217,7 @@ func (e *env) otherTenantUser(name string) string {
 func (e *env) startWorker() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	tok, err := e.svc.CreateRegistrationToken(ctx, e.admin, &protocol.RegistrationTokenRequest{Pool: "default"})
+	tok, err := e.srv.Admin().CreateRegistrationToken(ctx, e.admin, &protocol.RegistrationTokenRequest{Pool: "default"})
 	require.NoError(e.t, err)
 	w, err := worker.New(worker.Config{Server: e.url, RegistrationToken: tok.Token, Pool: "default", StateDir: e.t.TempDir(),
 		Concurrency: 2, Name: "web-test-worker", Version: "test", WaitSeconds: 1})

@@ -46,6 +46,18 @@ func TestRequestFormServerSide(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	require.JSONEq(t, `{"who":"bob","times":2,"tone":"loud"}`, string(runs[0].Run.Params))
+	require.Contains(t, string(runs[0].Run.Source), `"kind":"web"`, "a run requested from the form says so")
+
+	// The form offers the jobs bob may run, not the one he is denied.
+	_, body = bob.get("/request?channel=prod")
+	require.Contains(t, body, `<option value="greet"`)
+	require.NotContains(t, body, `<option value="deploy"`)
+	// "*" is anyone the definitions do not name: not mallory, whom a deny
+	// rule keeps from greet.
+	mallory := e.client()
+	mallory.signIn(e.tokens["mallory"])
+	_, body = mallory.get("/request?channel=prod")
+	require.NotContains(t, body, `<option value="greet"`)
 
 	// The runs page filters by actor and links the run.
 	_, body = bob.get("/runs?actor=bob&job=greet")

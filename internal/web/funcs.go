@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"strings"
@@ -18,6 +20,20 @@ func (h *Handler) funcs() template.FuncMap {
 			return t.UTC().Format("2006-01-02 15:04:05Z")
 		},
 		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		// when shows a time relative to now ("3m ago"), the exact time on
+		// hover and for screen readers' datetime.
+		"when": func(t time.Time) template.HTML {
+			if t.IsZero() {
+				return ""
+			}
+			exact := t.UTC().Format("2006-01-02 15:04:05Z")
+			rel := humanDuration(h.clock.Now().Sub(t)) + " ago"
+			return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `" title="` + exact + `">` + template.HTMLEscapeString(rel) + `</time>`)
+		},
+		// details makes a stored JSON value readable: HTML escapes
+		// (\u003c) undone and indented; html/template escapes it again
+		// for the page.
+		"details": readableJSON,
 		"deref": func(t *time.Time) time.Time {
 			if t == nil {
 				return time.Time{}
@@ -44,7 +60,16 @@ func (h *Handler) funcs() template.FuncMap {
 			}
 			return s
 		},
-		"join":       strings.Join,
+		"join": strings.Join,
+		"without": func(list []string, drop string) []string {
+			out := make([]string, 0, len(list))
+			for _, s := range list {
+				if s != drop {
+					out = append(out, s)
+				}
+			}
+			return out
+		},
 		"terminal":   func(s store.RunState) bool { return s.Terminal() },
 		"hasPrefix":  strings.HasPrefix,
 		"trimPrefix": strings.TrimPrefix,
@@ -80,4 +105,26 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// readableJSON indents raw JSON without HTML escaping; anything that is
+// not JSON is shown as it is.
+func readableJSON(raw []byte) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return string(raw)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if enc.Encode(v) != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -38,7 +39,7 @@ type approvalItem struct {
 	Run      *store.Run
 	Params   string
 	Rule     string
-	Approval *control.ApprovalRequirement
+	Approval *protocol.ApprovalRequirement
 	Given    int
 }
 
@@ -60,7 +61,7 @@ func (h *Handler) approvals(w http.ResponseWriter, r *http.Request, s *session) 
 			return
 		}
 		for _, v := range views {
-			var dec decisionRecord
+			var dec protocol.DecisionRecord
 			_ = json.Unmarshal(v.Run.Decision, &dec)
 			if ok, _ := mayApprove(s.Actor, v.Run, dec, v.Approvals); !ok {
 				continue
@@ -91,7 +92,7 @@ type leasesData struct {
 }
 
 func (h *Handler) leaseData(r *http.Request, s *session) (*leasesData, error) {
-	holds, err := h.svc.ListLeases(r.Context(), s.Actor, "")
+	holds, err := h.lease.List(r.Context(), s.Actor, "")
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func (h *Handler) leaseData(r *http.Request, s *session) (*leasesData, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range slices.Compact(keys) {
-		lv, err := h.svc.ShowLease(r.Context(), s.Actor, k)
+		lv, err := h.lease.Show(r.Context(), s.Actor, k)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +123,7 @@ func (h *Handler) leases(w http.ResponseWriter, r *http.Request, s *session) {
 
 func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.PostFormValue("key")
-	if _, err := h.svc.ReleaseLease(r.Context(), s.Actor, key, r.PostFormValue("reason")); err != nil {
+	if _, err := h.lease.ForceRelease(r.Context(), s.Actor, key, r.PostFormValue("reason")); err != nil {
 		d, derr := h.leaseData(r, s)
 		if derr != nil {
 			h.renderError(w, r, s, err)
@@ -139,8 +140,8 @@ func (h *Handler) releaseLease(w http.ResponseWriter, r *http.Request, s *sessio
 // ---- catalog ----
 
 type catalogChannel struct {
-	control.ChannelView
-	Jobs  []control.JobInfo
+	protocol.ChannelView
+	Jobs  []protocol.JobInfo
 	Error string
 }
 
@@ -149,7 +150,7 @@ type catalogData struct {
 }
 
 func (h *Handler) catalog(w http.ResponseWriter, r *http.Request, s *session) {
-	cv, err := h.svc.Catalogs(r.Context(), s.Actor)
+	cv, err := h.cats.Catalogs(r.Context(), s.Actor)
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return
@@ -158,9 +159,9 @@ func (h *Handler) catalog(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, c := range cv.Channels {
 		cc := catalogChannel{ChannelView: c}
 		// A branch is named only for pattern channels, which need one.
-		jv, err := h.svc.ListJobs(r.Context(), s.Actor, c.Channel, "")
+		jv, err := h.cats.ListJobs(r.Context(), s.Actor, c.Channel, "")
 		if err != nil {
-			jv, err = h.svc.ListJobs(r.Context(), s.Actor, c.Channel, c.Branch)
+			jv, err = h.cats.ListJobs(r.Context(), s.Actor, c.Channel, c.Branch)
 		}
 		if err == nil {
 			cc.Jobs = jv.Jobs
@@ -173,7 +174,7 @@ func (h *Handler) catalog(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 type jobData struct {
-	Job     *control.JobView
+	Job     *protocol.JobView
 	Runbook template.HTML
 	Params  string
 	Leases  string
@@ -183,17 +184,17 @@ type jobData struct {
 }
 
 func (h *Handler) job(w http.ResponseWriter, r *http.Request, s *session) {
-	jv, err := h.svc.ShowJob(r.Context(), s.Actor, r.PathValue("channel"), r.URL.Query().Get("ref"), r.PathValue("job"))
+	jv, err := h.cats.ShowJob(r.Context(), s.Actor, r.PathValue("channel"), r.URL.Query().Get("ref"), r.PathValue("job"))
 	h.renderJob(w, r, s, jv, "", err)
 }
 
 // runJob is the job as the commit a run pinned defines it.
 func (h *Handler) runJob(w http.ResponseWriter, r *http.Request, s *session) {
-	jv, err := h.svc.RunJob(r.Context(), s.Actor, r.PathValue("id"))
+	jv, err := h.cats.RunJob(r.Context(), s.Actor, r.PathValue("id"))
 	h.renderJob(w, r, s, jv, r.PathValue("id"), err)
 }
 
-func (h *Handler) renderJob(w http.ResponseWriter, r *http.Request, s *session, jv *control.JobView, runID string, err error) {
+func (h *Handler) renderJob(w http.ResponseWriter, r *http.Request, s *session, jv *protocol.JobView, runID string, err error) {
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return
@@ -212,7 +213,7 @@ func (h *Handler) renderJob(w http.ResponseWriter, r *http.Request, s *session, 
 // ---- runners ----
 
 type runnersData struct {
-	Runners []control.RunnerView
+	Runners []admin.RunnerView
 	Now     time.Time
 	CSRF    string
 }
@@ -222,12 +223,12 @@ func (h *Handler) runners(w http.ResponseWriter, r *http.Request, s *session) {
 		h.renderError(w, r, s, errNotAdmin("The runners page"))
 		return
 	}
-	rs, err := h.svc.ListRunners(r.Context(), s.Actor)
+	rs, err := h.admin.ListRunners(r.Context(), s.Actor)
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return
 	}
-	slices.SortFunc(rs, func(a, b control.RunnerView) int {
+	slices.SortFunc(rs, func(a, b admin.RunnerView) int {
 		if c := compareStr(a.Runner.Pool, b.Runner.Pool); c != 0 {
 			return c
 		}
@@ -260,10 +261,14 @@ func (h *Handler) setRunner(status string) func(http.ResponseWriter, *http.Reque
 
 // ---- audit ----
 
+// auditData is the audit page: newest first, OlderLink continuing below
+// the last event shown, NewestLink (on an older page) back to the newest
+// events with the same filters.
 type auditData struct {
-	Filter   auditForm
-	Events   []*store.AuditEvent
-	NextLink string
+	Filter     auditForm
+	Events     []*store.AuditEvent
+	OlderLink  string
+	NewestLink string
 }
 
 type auditForm struct {
@@ -280,9 +285,9 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	q := r.URL.Query()
 	form := auditForm{Run: q.Get("run"), Actor: q.Get("actor"), Action: q.Get("action"), Since: q.Get("since"), Until: q.Get("until")}
-	f := control.AuditFilter{RunID: form.Run, Actor: form.Actor, Action: form.Action, Limit: 100}
+	f := audit.Filter{RunID: form.Run, Actor: form.Actor, Action: form.Action, Newest: true, Limit: 100}
 	var err error
-	if f.After, err = optInt(q.Get("after")); err != nil {
+	if f.Before, err = optInt(q.Get("before")); err != nil {
 		h.renderError(w, r, s, err)
 		return
 	}
@@ -300,21 +305,24 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		*t.out = v
 	}
-	events, next, err := h.svc.SearchAudit(r.Context(), s.Actor, f)
+	events, next, err := h.auditLog.Search(r.Context(), s.Actor, f)
 	if err != nil {
 		h.renderError(w, r, s, err)
 		return
 	}
 	d := auditData{Filter: form, Events: events}
-	if next != 0 {
-		nq := url.Values{}
-		for k, v := range map[string]string{"run": form.Run, "actor": form.Actor, "action": form.Action, "since": form.Since, "until": form.Until} {
-			if v != "" {
-				nq.Set(k, v)
-			}
+	nq := url.Values{}
+	for k, v := range map[string]string{"run": form.Run, "actor": form.Actor, "action": form.Action, "since": form.Since, "until": form.Until} {
+		if v != "" {
+			nq.Set(k, v)
 		}
-		nq.Set("after", strconv.FormatInt(next, 10))
-		d.NextLink = "/audit?" + nq.Encode()
+	}
+	if f.Before != 0 {
+		d.NewestLink = "/audit?" + nq.Encode()
+	}
+	if next != 0 {
+		nq.Set("before", strconv.FormatInt(next, 10))
+		d.OlderLink = "/audit?" + nq.Encode()
 	}
 	h.render(w, r, http.StatusOK, "audit", view{Title: "Audit", Nav: "audit", Sess: s, Data: d})
 }
@@ -333,7 +341,7 @@ func optInt(v string) (int64, error) {
 // auditChain verifies the audit hash chain and shows the outcome; the audit
 // page loads it after the page itself, since it reads the whole chain.
 func (h *Handler) auditChain(w http.ResponseWriter, r *http.Request, s *session) {
-	rep, err := h.svc.VerifyAudit(r.Context(), s.Actor, nil)
+	rep, err := h.auditLog.Verify(r.Context(), s.Actor, nil)
 	if err != nil {
 		p := toProblem(h.log, err)
 		h.renderTemplate(w, p.Status, "audit", "chain", chainData{Error: p.Detail})

@@ -37,8 +37,8 @@ type requestData struct {
 	Channels []string
 	Channel  string
 	Ref      string
-	Jobs     []control.JobInfo
-	Job      *control.JobView
+	Jobs     []protocol.JobInfo
+	Job      *protocol.JobView
 	Fields   []*field
 	Reason   string
 	Key      string // idempotency key of this form: a double submit makes one run
@@ -47,7 +47,7 @@ type requestData struct {
 }
 
 func (h *Handler) channels(r *http.Request, s *session) ([]string, error) {
-	cv, err := h.svc.Catalogs(r.Context(), s.Actor)
+	cv, err := h.cats.Catalogs(r.Context(), s.Actor)
 	if err != nil {
 		return nil, err
 	}
@@ -81,13 +81,23 @@ func (h *Handler) requestData(r *http.Request, s *session, q url.Values) (*reque
 	if d.Channel == "" {
 		return d, nil
 	}
-	jobs, err := h.svc.ListJobs(r.Context(), s.Actor, d.Channel, q.Get("ref"))
+	jobs, err := h.cats.ListJobs(r.Context(), s.Actor, d.Channel, q.Get("ref"))
 	if err != nil {
 		return nil, err
 	}
-	d.Jobs = jobs.Jobs
+	// Offer only the jobs the policies let this user run (with default
+	// parameters); the server still decides the request itself.
+	for _, j := range jobs.Jobs {
+		jv, err := h.cats.ShowJob(r.Context(), s.Actor, d.Channel, q.Get("ref"), j.Name)
+		if err != nil {
+			return nil, err
+		}
+		if mayRun(jv.MayRun, s.Actor.Name, jv.ActorNamed) {
+			d.Jobs = append(d.Jobs, j)
+		}
+	}
 	if name := q.Get("job"); name != "" {
-		jv, err := h.svc.ShowJob(r.Context(), s.Actor, d.Channel, q.Get("ref"), name)
+		jv, err := h.cats.ShowJob(r.Context(), s.Actor, d.Channel, q.Get("ref"), name)
 		if err != nil {
 			return nil, err
 		}
@@ -285,8 +295,9 @@ func (h *Handler) requestSubmit(w http.ResponseWriter, r *http.Request, s *sessi
 		h.render(w, r, http.StatusUnprocessableEntity, "request", view{Title: "Request a run", Nav: "request", Sess: s, Data: d})
 		return
 	}
-	v, _, err := h.svc.RequestRun(r.Context(), s.Actor, &protocol.RunRequest{Job: d.Job.Name, Channel: d.Channel,
-		Ref: r.PostFormValue("ref"), Params: params, Reason: r.PostFormValue("reason"), IdempotencyKey: r.PostFormValue("key")})
+	v, _, err := h.svc.RequestRunFrom(r.Context(), s.Actor, &protocol.RunRequest{Job: d.Job.Name, Channel: d.Channel,
+		Ref: r.PostFormValue("ref"), Params: params, Reason: r.PostFormValue("reason"), IdempotencyKey: r.PostFormValue("key")},
+		control.RequestOrigin{Source: map[string]any{"kind": "web"}})
 	if err != nil {
 		p := toProblem(h.log, err)
 		d.Problem = &p
@@ -303,4 +314,16 @@ func (h *Handler) requestSubmit(w http.ResponseWriter, r *http.Request, s *sessi
 		return
 	}
 	http.Redirect(w, r, "/runs/"+url.PathEscape(v.Run.ID)+"?notice=requested", http.StatusSeeOther)
+}
+
+// mayRun reports whether name is among the principals a job's policies
+// allow: by name, or as "any other authenticated principal" ("*") when the
+// definitions do not name them at all.
+func mayRun(access []protocol.PrincipalAccess, name string, named bool) bool {
+	for _, a := range access {
+		if a.Principal == name || (a.Principal == "*" && !named) {
+			return true
+		}
+	}
+	return false
 }

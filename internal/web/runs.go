@@ -1,13 +1,17 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/principal"
@@ -20,6 +24,7 @@ func (h *Handler) routesRuns(m *http.ServeMux) {
 	m.HandleFunc("GET /runs/rows", h.user(h.runRows))
 	m.HandleFunc("GET /runs/{id}", h.user(h.run))
 	m.HandleFunc("GET /runs/{id}/live", h.user(h.runLive))
+	m.HandleFunc("GET /runs/{id}/head", h.user(h.runHead))
 	m.HandleFunc("GET /runs/{id}/log/stream", h.user(h.logStream))
 	h.post(m, "/runs/{id}/cancel", h.cancel)
 	h.post(m, "/runs/{id}/approve", h.verdict(true))
@@ -28,7 +33,8 @@ func (h *Handler) routesRuns(m *http.ServeMux) {
 
 // runStates are the states the filter offers.
 var runStates = []store.RunState{store.RunPendingApproval, store.RunQueued, store.RunRunning, store.RunSucceeded,
-	store.RunFailed, store.RunCancelled, store.RunTimedOut, store.RunDenied, store.RunRejected, store.RunExpired}
+	store.RunFailed, store.RunCancelled, store.RunTimedOut, store.RunDenied, store.RunRejected, store.RunExpired,
+	store.RunSuperseded}
 
 const runsPerPage = 50
 
@@ -87,7 +93,7 @@ type runData struct {
 	Run       *store.Run
 	Attempts  []*store.Attempt
 	Approvals []*store.Approval
-	Decision  decisionRecord
+	Decision  protocol.DecisionRecord
 	Params    string
 	Source    map[string]string
 	Spec      string
@@ -103,12 +109,9 @@ type runData struct {
 	ApproveNote string
 	Terminal    bool
 	CSRF        string
-}
-
-// decisionRecord mirrors what control stores on a run.
-type decisionRecord struct {
-	Request  control.Decision  `json:"request"`
-	Dispatch *control.Decision `json:"dispatch"`
+	// FailureReason says in plain words why a run that did not succeed
+	// ended as it did.
+	FailureReason string
 }
 
 // runLease is one of a run's lease keys with this run's hold, if any.
@@ -139,7 +142,7 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 	_ = json.Unmarshal(run.LeaseKeys, &keys)
 	for _, k := range keys {
 		l := runLease{LeaseKey: k}
-		holders, err := h.svc.ListLeases(r.Context(), s.Actor, k.Key)
+		holders, err := h.lease.List(r.Context(), s.Actor, k.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -152,10 +155,13 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 	}
 	d.Timeline = timeline(v)
 	d.History = v.Timeline
-	if d.Artifacts, err = h.svc.RunArtifacts(r.Context(), s.Actor, run.ID); err != nil {
-		return nil, err
+	if h.arts != nil {
+		if d.Artifacts, err = h.arts.RunArtifacts(r.Context(), s.Actor, run.ID); err != nil {
+			return nil, err
+		}
 	}
 	d.CanCancel = !d.Terminal && (run.Actor == s.Actor.Name || s.Actor.Admin)
+	d.FailureReason = failureReason(run, v.Attempts)
 	if run.State == store.RunPendingApproval {
 		d.CanApprove, d.ApproveNote = mayApprove(s.Actor, run, d.Decision, v.Approvals)
 	}
@@ -164,7 +170,7 @@ func (h *Handler) runData(r *http.Request, s *session) (*runData, error) {
 
 // mayApprove mirrors control's approval checks so that the buttons show
 // only where they would work; control still decides.
-func mayApprove(a principal.Actor, run *store.Run, d decisionRecord, apps []*store.Approval) (bool, string) {
+func mayApprove(a principal.Actor, run *store.Run, d protocol.DecisionRecord, apps []*store.Approval) (bool, string) {
 	req := d.Request.Approval
 	switch {
 	case req == nil:
@@ -240,12 +246,83 @@ func pretty(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return ""
 	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	if dec.Decode(&v) != nil {
+		if len(raw) > prettyMaxBytes {
+			return string(raw[:prettyMaxBytes]) + prettyTruncated
+		}
 		return string(raw)
 	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return string(b)
+	var b strings.Builder
+	writePretty(&b, v, 0)
+	if b.Len() > prettyMaxBytes {
+		out := b.String()[:prettyMaxBytes]
+		for len(out) > 0 && !utf8.RuneStart(out[len(out)-1]) {
+			out = out[:len(out)-1]
+		}
+		return strings.ToValidUTF8(out, "") + prettyTruncated
+	}
+	return b.String()
+}
+
+// A page shows a JSON value (a run's params, a definition's schema)
+// indented to prettyMaxDepth levels, deeper levels compact, and at most
+// prettyMaxBytes of it: indenting thousands of nested objects would make
+// a page of tens of megabytes (the indentation grows with the square of
+// the depth) from a request of a few kilobytes. The API has the whole
+// value.
+const (
+	prettyMaxDepth  = 16
+	prettyMaxBytes  = 64 << 10
+	prettyTruncated = "\n… truncated: the whole value is in the API"
+)
+
+// writePretty writes v as json.MarshalIndent would, up to the bounds.
+func writePretty(b *strings.Builder, v any, depth int) {
+	if b.Len() > prettyMaxBytes {
+		return
+	}
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) > 0 && depth < prettyMaxDepth {
+			b.WriteString("{")
+			for i, k := range slices.Sorted(maps.Keys(t)) {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString("\n" + strings.Repeat("  ", depth+1))
+				kb, _ := json.Marshal(k)
+				b.Write(kb)
+				b.WriteString(": ")
+				writePretty(b, t[k], depth+1)
+				if b.Len() > prettyMaxBytes {
+					return
+				}
+			}
+			b.WriteString("\n" + strings.Repeat("  ", depth) + "}")
+			return
+		}
+	case []any:
+		if len(t) > 0 && depth < prettyMaxDepth {
+			b.WriteString("[")
+			for i, e := range t {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString("\n" + strings.Repeat("  ", depth+1))
+				writePretty(b, e, depth+1)
+				if b.Len() > prettyMaxBytes {
+					return
+				}
+			}
+			b.WriteString("\n" + strings.Repeat("  ", depth) + "]")
+			return
+		}
+	}
+	c, _ := json.Marshal(v)
+	b.Write(c)
 }
 
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, s *session) {
@@ -266,6 +343,62 @@ func (h *Handler) runLive(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	h.renderTemplate(w, http.StatusOK, "run", "live", d)
+}
+
+// runHead answers the run page's sticky header, refreshed while the run
+// is live.
+func (h *Handler) runHead(w http.ResponseWriter, r *http.Request, s *session) {
+	d, err := h.runData(r, s)
+	if err != nil {
+		h.renderError(w, r, s, err)
+		return
+	}
+	h.renderTemplate(w, http.StatusOK, "run", "head", d)
+}
+
+// failureReason explains an ended run that did not succeed, from its state
+// and its last attempt's result.
+func failureReason(run *store.Run, attempts []*store.Attempt) string {
+	var last *store.Attempt
+	if len(attempts) > 0 {
+		last = attempts[len(attempts)-1]
+	}
+	var res struct {
+		ExitCode *int   `json:"exit_code"`
+		Summary  string `json:"summary"`
+	}
+	if last != nil && len(last.Result) > 0 {
+		_ = json.Unmarshal(last.Result, &res)
+	}
+	tries := ""
+	if len(attempts) > 1 {
+		tries = fmt.Sprintf(" (after %d attempts)", len(attempts))
+	}
+	switch run.State {
+	case store.RunFailed:
+		msg := "The job failed" + tries
+		if res.ExitCode != nil && *res.ExitCode != 0 {
+			msg += fmt.Sprintf(": its command exited with status %d", *res.ExitCode)
+		}
+		if res.Summary != "" && (res.ExitCode == nil || res.Summary != fmt.Sprintf("exit status %d", *res.ExitCode)) {
+			msg += ": " + res.Summary
+		}
+		if last != nil && last.State == store.AttemptExpired {
+			msg = "The runner stopped renewing its lease (it stopped, crashed or lost the server) and no attempt was left" + tries
+		}
+		return msg + ". The log below shows its last output."
+	case store.RunTimedOut:
+		return "The job ran longer than its timeout and was stopped" + tries + "."
+	case store.RunExpired:
+		return "No runner took or finished the run before it expired" + tries + "."
+	case store.RunCancelled:
+		return "The run was cancelled before it finished."
+	case store.RunDenied:
+		return "No policy rule allows this request; the decision below says which rules were considered."
+	case store.RunRejected:
+		return "An approver rejected the run, so it never ran."
+	}
+	return ""
 }
 
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, s *session) {
@@ -359,6 +492,11 @@ func (h *Handler) logStream(w http.ResponseWriter, r *http.Request, s *session) 
 		tick := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
+			tick.Stop()
+			return
+		case <-h.svc.Draining():
+			// The server is stopping: the client resumes the stream
+			// (Last-Event-ID) on another replica or after the restart.
 			tick.Stop()
 			return
 		case <-wake:

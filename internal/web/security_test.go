@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -37,7 +38,7 @@ func testCSRFRequired(t *testing.T, e *env) {
 	c := e.client()
 	csrf := c.signIn(adminToken)
 
-	ui := web.New(web.Config{Control: e.svc, Auth: &authn.Authenticator{Store: e.st, Clock: clock.Real{}}})
+	ui := web.New(web.Config{Control: e.svc, Catalogs: e.srv.Catalogs(), Admin: e.srv.Admin(), Audit: audit.NewLog(e.st), Auth: &authn.Authenticator{Store: e.st, Clock: clock.Real{}}})
 	routes := ui.StateChangingRoutes()
 	require.NotEmpty(t, routes)
 	forms := map[string]url.Values{
@@ -140,7 +141,7 @@ func TestSessionCookieFlags(t *testing.T) {
 		public string
 		tls    bool
 	}{"tls": {"", true}, "https public URL": {"https://jobs.example", false}} {
-		ui := web.New(web.Config{Control: e.svc, Auth: &authn.Authenticator{Store: e.st, Clock: clock.Real{}}, PublicURL: cfg.public})
+		ui := web.New(web.Config{Control: e.svc, Catalogs: e.srv.Catalogs(), Admin: e.srv.Admin(), Audit: audit.NewLog(e.st), Auth: &authn.Authenticator{Store: e.st, Clock: clock.Real{}}, PublicURL: cfg.public})
 		req := httptest.NewRequest(http.MethodGet, "/signin", nil)
 		if cfg.tls {
 			req.TLS = &tls.ConnectionState{}

@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
 
 	"github.com/jobplane/jobplane/internal/principal"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -103,10 +105,34 @@ func checkCSRF(r *http.Request, want string) error {
 	got := r.Header.Get(csrfHeader)
 	if got == "" {
 		r.Body = http.MaxBytesReader(nil, r.Body, 1<<20)
+		if err := readForm(r); err != nil {
+			return err
+		}
 		got = r.PostFormValue(csrfField)
 	}
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 		return fmt.Errorf("the form's CSRF token is missing or wrong; reload the page and try again: %w", protocol.ErrCSRF)
+	}
+	return nil
+}
+
+// readForm reads a POST form's body, refusing one that did not arrive in
+// time (408) or is over its limit (413) as the API does; a form otherwise
+// malformed reads as empty and fails its CSRF check.
+func readForm(r *http.Request) error {
+	// ParseMultipartForm drops ParseForm's error on a form that is not
+	// multipart, so each is asked in turn.
+	err := r.ParseForm()
+	if err == nil {
+		if err = r.ParseMultipartForm(1 << 20); errors.Is(err, http.ErrNotMultipart) {
+			return nil
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if err := protocol.BodyError(err); errors.Is(err, protocol.ErrRequestTimeout) || errors.Is(err, protocol.ErrTooLarge) {
+		return err
 	}
 	return nil
 }
@@ -131,6 +157,10 @@ func (h *Handler) signinForm(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := readForm(r); err != nil {
+		h.renderError(w, r, nil, err)
+		return
+	}
 	pre, err := r.Cookie(preCookie)
 	field := r.PostFormValue(csrfField)
 	if err != nil || field == "" || subtle.ConstantTimeCompare([]byte(pre.Value), []byte(field)) != 1 {
@@ -167,7 +197,16 @@ func (h *Handler) signout(w http.ResponseWriter, r *http.Request, _ *session) {
 
 // safeNext keeps a post-sign-in redirect on this site.
 func safeNext(n string) string {
-	if n == "" || !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.Contains(n, `\`) {
+	// Browsers drop tabs and newlines from a URL before they resolve it
+	// ("/\t/evil.example" becomes "//evil.example", another host), so any
+	// control character or space refuses the path, as does anything that
+	// parses with a scheme, host or user.
+	if n == "" || len(n) > 2048 || !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.Contains(n, `\`) ||
+		strings.ContainsFunc(n, func(r rune) bool { return r <= ' ' || r == 0x7f || unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "/runs"
+	}
+	u, err := url.Parse(n)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/runs"
 	}
 	return n

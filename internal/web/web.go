@@ -11,9 +11,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jobplane/jobplane/internal/admin"
+	artbroker "github.com/jobplane/jobplane/internal/artifact/broker"
+	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/authn"
+	"github.com/jobplane/jobplane/internal/catalogs"
 	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
+	"github.com/jobplane/jobplane/internal/lease"
 	apiproblem "github.com/jobplane/jobplane/internal/problem"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
@@ -27,9 +32,19 @@ var staticFS embed.FS
 // Config wires the UI.
 type Config struct {
 	Control *control.Service
-	Auth    *authn.Authenticator
-	Logger  *slog.Logger
-	Clock   clock.Clock
+	// Admin lists runners.
+	Admin *admin.Service
+	// Audit searches and verifies the audit log.
+	Audit *audit.Log
+	// Artifacts lists and serves runs' artifacts (nil: none are shown).
+	Artifacts *artbroker.Service
+	// Catalogs shows the catalogs and jobs of the definitions.
+	Catalogs *catalogs.Service
+	// Leases shows and breaks run leases (nil: Control's).
+	Leases *lease.Service
+	Auth   *authn.Authenticator
+	Logger *slog.Logger
+	Clock  clock.Clock
 	// PublicURL is the server's external URL; an https one marks cookies
 	// Secure even behind a TLS-terminating proxy.
 	PublicURL string
@@ -37,13 +52,18 @@ type Config struct {
 
 // Handler serves the UI.
 type Handler struct {
-	svc    *control.Service
-	auth   *authn.Authenticator
-	log    *slog.Logger
-	clock  clock.Clock
-	secure bool
-	mux    *http.ServeMux
-	pages  map[string]*template.Template
+	svc      *control.Service
+	cats     *catalogs.Service
+	admin    *admin.Service
+	auditLog *audit.Log
+	arts     *artbroker.Service
+	lease    *lease.Service
+	auth     *authn.Authenticator
+	log      *slog.Logger
+	clock    clock.Clock
+	secure   bool
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 	// posts are the state-changing routes, all registered through post.
 	posts []string
 }
@@ -54,10 +74,13 @@ var pageNames = []string{"signin", "runs", "run", "request", "approvals", "lease
 // New builds the UI handler. Templates are embedded, so a parse error is a
 // programming error caught by every test.
 func New(cfg Config) *Handler {
-	h := &Handler{svc: cfg.Control, auth: cfg.Auth, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(),
+	h := &Handler{svc: cfg.Control, cats: cfg.Catalogs, admin: cfg.Admin, auditLog: cfg.Audit, arts: cfg.Artifacts, lease: cfg.Leases, auth: cfg.Auth, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(),
 		secure: strings.HasPrefix(cfg.PublicURL, "https://"), pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.lease == nil && cfg.Control != nil {
+		h.lease = cfg.Control.Leases()
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
@@ -160,7 +183,7 @@ type problem struct {
 	Detail string
 	Field  string
 	// Decision is a denial's policy decision.
-	Decision *control.Decision
+	Decision *protocol.Decision
 	RunID    string
 }
 
@@ -170,7 +193,7 @@ func toProblem(log *slog.Logger, err error) problem {
 		log.Error("web: internal error", "err", err)
 	}
 	p := problem{Status: pp.Status, Code: pp.Code, Title: pp.Title, Detail: pp.Detail, Field: pp.Field, RunID: pp.RunID}
-	if d, ok := pp.Decision.(control.Decision); ok {
+	if d, ok := pp.Decision.(protocol.Decision); ok {
 		p.Decision = &d
 	}
 	return p
@@ -178,5 +201,8 @@ func toProblem(log *slog.Logger, err error) problem {
 
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	p := toProblem(h.log, err)
+	if p.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	h.render(w, r, p.Status, "error", view{Title: p.Title, Sess: s, Data: p})
 }

@@ -2,15 +2,13 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/jobfiles"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
 
@@ -126,18 +124,5 @@ func (a *attempt) uploadOne(root *os.Root, spec protocol.ArtifactSpec) (string, 
 	return "", errors.New("not stored")
 }
 
-// hashFile reads a file once for its size and digest, announced with the
-// capability request so that the server verifies exactly these bytes.
-func hashFile(root *os.Root, name string) (int64, string, error) {
-	f, err := root.Open(name)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
+// hashFile is jobfiles.Hash.
+func hashFile(root *os.Root, name string) (int64, string, error) { return jobfiles.Hash(root, name) }

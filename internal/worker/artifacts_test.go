@@ -18,6 +18,7 @@ import (
 	jcli "github.com/jobplane/jobplane/internal/cli"
 	"github.com/jobplane/jobplane/internal/config"
 	"github.com/jobplane/jobplane/internal/gitsync"
+	"github.com/jobplane/jobplane/internal/openapi/openapitest"
 	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/server"
 	"github.com/jobplane/jobplane/internal/worker"
@@ -58,10 +59,13 @@ source: {repo: code}
 		SourceRepos: map[string]string{"code": codeRepo}}, server.Options{Logger: logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	cli := &apiclient.Client{BaseURL: srv.URL(), Token: admin}
+	// Both the admin's and the worker's exchanges are checked against the
+	// OpenAPI document: the artifact upload, list and download included.
+	cli := &apiclient.Client{BaseURL: srv.URL(), Token: admin, HTTP: openapitest.Client(t, nil)}
 	tok, err := cli.CreateRegistrationToken(ctx, protocol.RegistrationTokenRequest{Pool: "default"})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Server: srv.URL(), RegistrationToken: tok.Token, StateDir: t.TempDir(), WaitSeconds: 1, Logger: logger(t)})
+	w, err := worker.New(worker.Config{Server: srv.URL(), RegistrationToken: tok.Token, StateDir: t.TempDir(), WaitSeconds: 1, Logger: logger(t),
+		HTTP: openapitest.Client(t, nil)})
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

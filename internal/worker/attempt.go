@@ -11,12 +11,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
-	"github.com/jobplane/jobplane/internal/creds"
 	"github.com/jobplane/jobplane/internal/executor"
 	"github.com/jobplane/jobplane/internal/id"
 	"github.com/jobplane/jobplane/internal/protocol"
+	"github.com/jobplane/jobplane/internal/redact"
 	"github.com/jobplane/jobplane/internal/tracing"
 )
 
@@ -47,13 +48,21 @@ type attempt struct {
 	mu         sync.Mutex
 	trust      time.Time    // stop acting at this instant unless renewed
 	lost       bool         // lease gone or trust ended: send nothing more
+	exited     bool         // the job has ended; its result is being reported
 	reason     string       // first stop reason
 	relinquish bool         // give the attempt back instead of a result
 	job        executor.Job // nil until started
-	artifacts  []string     // stored artifact IDs, for the result
+	// startCancel aborts a start under way (an image pull, say) when the
+	// job is stopped before it runs; nil outside a start.
+	startCancel context.CancelFunc
+	artifacts   []string // stored artifact IDs, for the result
 	// masker hides the credentials the job holds; atomic because lines are
 	// emitted with and without mu held.
-	masker atomic.Pointer[creds.Masker]
+	masker atomic.Pointer[redact.Masker]
+	// pending holds, per stream, the end of a long line not yet shipped:
+	// it may begin a credential that the next piece completes.
+	pendMu  sync.Mutex
+	pending map[string]string
 }
 
 // withTraceparent sets the job's TRACEPARENT (W3C trace context), in place
@@ -83,7 +92,7 @@ func leaseGone(err error) bool {
 
 // runAttempt executes one assignment from claim to result. claimSent is
 // when the claim that returned it was first sent.
-func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claimSent time.Time) {
+func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claimSent time.Time) (outcome string) {
 	ttl := leaseTTL(asg.Lease.TTLSeconds)
 	a := &attempt{
 		w:        w,
@@ -122,17 +131,30 @@ func (w *Worker) runAttempt(ctx context.Context, asg *protocol.Assignment, claim
 	if !ok {
 		a.logs.drop()
 		a.logs.close()
-		return
+		return ""
 	}
 	var keepers sync.WaitGroup
 	keepers.Go(func() { a.renewLoop(actx, lastSent) })
 	keepers.Go(a.watchdog)
 
 	outcome, code, summary := a.execute()
+	// A stream that ended in the middle of a long line leaves its end.
+	for _, stream := range []string{"stdout", "stderr"} {
+		a.pendMu.Lock()
+		open := a.pending[stream] != ""
+		a.pendMu.Unlock()
+		if open {
+			a.emitPiece(stream, "", false)
+		}
+	}
+	a.mu.Lock()
+	a.exited = true
+	a.mu.Unlock()
 	a.finish(actx, outcome, code, summary, a.logs.closeKeepingLast())
 	endSpan(outcome)
 	close(a.finished)
 	keepers.Wait()
+	return outcome
 }
 
 // freshen renews before the job starts when the claim's trust window is
@@ -204,6 +226,43 @@ func (a *attempt) emit(stream, text string) {
 	a.logs.add(stream, text)
 }
 
+// emitPiece takes the job's output as the executor cuts it: a line longer
+// than executor.MaxLineBytes comes in pieces (more: the line goes on). The
+// pieces of one line are masked as one text before they are cut again, so
+// a credential that straddles the executor's cut is masked whole rather
+// than shipped in two unmasked halves: what is shipped of a long line stops
+// short of any credential that could go on in the next piece.
+func (a *attempt) emitPiece(stream, piece string, more bool) {
+	a.pendMu.Lock()
+	defer a.pendMu.Unlock()
+	if a.pending == nil {
+		a.pending = map[string]string{}
+	}
+	buf := a.pending[stream] + piece
+	m := a.masker.Load()
+	cut := len(buf)
+	if more {
+		cut = m.SafeCut(buf, len(buf)-max(m.Longest()-1, 0))
+	}
+	a.pending[stream] = buf[cut:]
+	if cut == 0 {
+		return
+	}
+	text := buf[:cut]
+	if m != nil {
+		text = m.Mask(text)
+	}
+	for len(text) > executor.MaxLineBytes {
+		n := executor.MaxLineBytes
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		a.logs.add(stream, text[:n])
+		text = text[n:]
+	}
+	a.logs.add(stream, text)
+}
+
 // stop stops the job for reason: SIGTERM then SIGKILL within the trust
 // window, or SIGKILL at once when hard. Only the first reason is recorded.
 func (a *attempt) stop(reason string, hard bool) {
@@ -218,12 +277,26 @@ func (a *attempt) stop(reason string, hard bool) {
 	lost := a.lost
 	a.mu.Unlock()
 	if first {
-		a.log.Warn("worker: stopping job", "reason", reason)
+		// A cancel or a shutdown is someone's decision, not a fault.
+		level := slog.LevelWarn
+		if reason == reasonCancelled || reason == reasonShutdown {
+			level = slog.LevelInfo
+		}
+		a.log.Log(context.Background(), level, "worker: stopping job", "reason", reason)
 		if !lost {
 			a.system("jobplane: stopping job: " + reason)
 		}
 	}
-	if job == nil || (!first && !hard) {
+	if job == nil {
+		a.mu.Lock()
+		cancelStart := a.startCancel
+		a.mu.Unlock()
+		if cancelStart != nil {
+			cancelStart()
+		}
+		return
+	}
+	if !first && !hard {
 		return
 	}
 	if hard {
@@ -236,6 +309,15 @@ func (a *attempt) stop(reason string, hard bool) {
 // already hold it, so the job is killed and nothing more is sent.
 func (a *attempt) loseLease(reason string, cause error) {
 	a.mu.Lock()
+	if a.exited && !a.lost {
+		// The job has ended and its result is on its way: a renewal
+		// answered stale most likely raced that result, which ended the
+		// attempt. Nothing is left to kill; the result's own answer says
+		// whether it was taken (finish logs it either way).
+		a.mu.Unlock()
+		a.log.Debug("worker: renewal refused after the job ended", "reason", reason, "error", cause)
+		return
+	}
 	already := a.lost
 	a.lost = true
 	a.mu.Unlock()
@@ -383,7 +465,8 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 		Artifacts:  filepath.Join(root, "artifacts"),
 		ParamsFile: filepath.Join(root, "params.json"),
 	}
-	env, err := a.prepare(host)
+	own := a.w.exec.Capabilities().OwnFiles
+	env, err := a.prepare(host, !own)
 	if err != nil {
 		a.system("jobplane: cannot start job: " + err.Error())
 		return "failed", -1, "setup: " + err.Error()
@@ -391,7 +474,21 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 	spec := &executor.Spec{
 		Runner: a.w.rc.RunnerID, Run: a.asg.RunID, Attempt: a.asg.AttemptID, Job: a.asg.Job.Name,
 		AttemptNumber: a.asg.AttemptNumber, Command: a.asg.Job.Command, Env: env, Layout: host,
-		Output: func(stream, line string) { a.emit(stream, line) },
+		Output:      func(stream, line string) { a.emit(stream, line) },
+		OutputPiece: a.emitPiece,
+		Tenant:      a.asg.Tenant, Image: a.asg.Job.Image, Network: a.asg.Job.Network, Workdir: a.asg.Job.Workdir,
+	}
+	if r := a.asg.Job.Resources; r != nil {
+		spec.Resources = executor.Resources{MilliCPU: r.CPUMillis, MemoryBytes: r.MemoryBytes}
+	}
+	if own {
+		// The executor's side fetches and uploads with the run token.
+		if src := a.asg.Source; src != nil {
+			spec.Source = &executor.Source{Repo: src.Repo, Commit: src.Commit}
+		}
+		for _, d := range a.asg.Artifacts {
+			spec.Artifacts = append(spec.Artifacts, executor.Artifact{Name: d.Name, Role: d.Role, MaxBytes: d.MaxBytes})
+		}
 	}
 
 	a.mu.Lock()
@@ -401,29 +498,65 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 		return "failed", -1, reason
 	}
 	spec.Until = a.trust
+	spec.Renewed = func() time.Time {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.trust
+	}
+	// The start runs without the attempt's lock: it can take long (an
+	// image pull), and renewals, the watchdog and stops need the lock
+	// meanwhile. A stop during the start cancels it; one that lands as
+	// the start returns is applied below.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	a.startCancel = cancelStart
+	a.mu.Unlock()
 	a.system(fmt.Sprintf("jobplane: starting attempt %d of job %s on runner %s: %s",
 		a.asg.AttemptNumber, a.asg.Job.Name, a.w.rc.RunnerID, strings.Join(a.asg.Job.Command, " ")))
-	job, err := a.w.exec.Start(context.Background(), spec)
+	job, err := a.w.exec.Start(startCtx, spec)
+	a.mu.Lock()
+	a.startCancel = nil
 	a.job = job
+	trust, reason, lost := a.trust, a.reason, a.lost
+	grace := min(a.w.killGrace, trust.Sub(a.w.clk.Now()))
 	a.mu.Unlock()
 	if err != nil {
 		a.system("jobplane: cannot start job: " + err.Error())
+		if reason != "" {
+			return "failed", 127, reason
+		}
 		return "failed", 127, "start: " + err.Error()
+	}
+	// Renewals made while the start was under way, after the executor
+	// read the bound.
+	job.Extend(trust)
+	switch {
+	case lost:
+		job.Stop(0)
+	case reason != "":
+		job.Stop(grace)
 	}
 
 	exit := job.Wait()
 	code, summary = exit.Code, exit.Summary
-	if len(a.asg.Artifacts) == 0 {
+	if len(a.asg.Artifacts) == 0 || own {
 		// Nothing is left to do before the result: the last lines go with
 		// it (closeKeepingLast), one call less, whatever the ticker does.
 		// Uploads can take long; their lines are not held back.
 		a.logs.hold()
 	}
 	a.system("jobplane: process ended: " + summary)
-	a.artifacts = a.uploadArtifacts(host.Artifacts)
 	a.mu.Lock()
-	reason := a.reason
+	reason = a.reason
 	a.mu.Unlock()
+	switch {
+	case !own:
+		a.artifacts = a.uploadArtifacts(host.Artifacts)
+	case reason == "" && exit.Artifacts != nil:
+		a.artifacts = exit.Artifacts
+	default:
+		a.artifacts = []string{}
+	}
 	switch {
 	case reason != "":
 		// A job stopped on purpose did not complete, even if it exited 0.
@@ -436,8 +569,9 @@ func (a *attempt) execute() (outcome string, code int, summary string) {
 }
 
 // prepare makes the attempt's directory at host and returns the job's
-// environment, with the paths as the executor's job sees them.
-func (a *attempt) prepare(host executor.Layout) ([]string, error) {
+// environment, with the paths as the executor's job sees them. With
+// fetch, the job's source is unpacked into the workspace.
+func (a *attempt) prepare(host executor.Layout, fetch bool) ([]string, error) {
 	if err := os.RemoveAll(host.Root); err != nil {
 		return nil, err
 	}
@@ -446,14 +580,16 @@ func (a *attempt) prepare(host executor.Layout) ([]string, error) {
 			return nil, err
 		}
 	}
-	if err := a.fetchSource(host.Workspace); err != nil {
-		return nil, err
+	if fetch {
+		if err := a.fetchSource(host.Workspace); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeParamsFile(host.ParamsFile, a.asg.Params); err != nil {
 		return nil, err
 	}
 	seen := a.w.exec.Layout(host)
-	env, err := jobEnv(os.Getenv, a.w.cfg.Server, a.asg, seen.ParamsFile, seen.Artifacts)
+	env, err := jobEnv(os.Getenv, a.w.rc.Current().URL, a.asg, seen.ParamsFile, seen.Artifacts)
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +605,8 @@ func (a *attempt) prepare(host executor.Layout) ([]string, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		rc := &apiclient.Client{BaseURL: a.w.cfg.Server, Token: a.asg.RunToken.Token, HTTP: a.w.cfg.HTTP}
+		cur := a.w.rc.Current()
+		rc := &apiclient.Client{BaseURL: cur.URL, Token: a.asg.RunToken.Token, HTTP: cur.HTTP}
 		conns, err := rc.RunConnectors(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("fetch connector credentials: %w", err)
@@ -482,7 +619,7 @@ func (a *attempt) prepare(host executor.Layout) ([]string, error) {
 		}
 		mask = append(mask, conns.Mask...)
 	}
-	a.masker.Store(creds.NewMasker(mask...))
+	a.masker.Store(redact.NewMasker(mask...))
 	return env, nil
 }
 

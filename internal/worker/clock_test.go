@@ -31,7 +31,7 @@ func (c skewedClock) NowOrNil() *time.Time {
 	return &t
 }
 
-// TestL5_WorkerClockOffsetAndRate (RELIABILITY.md L5): the worker's clock is
+// TestL5_WorkerClockOffsetAndRate (acceptance case L5): the worker's clock is
 // off by ±10 minutes, or runs at twice or half the speed of the server's.
 // Every renewal fails, so the worker must stop the job on its own, at its
 // trust deadline (claim send time + TTL − margin) measured on its own

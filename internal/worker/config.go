@@ -18,9 +18,16 @@ import (
 
 // Config configures a Worker.
 type Config struct {
-	// Server is the server's base URL (required); the job also receives it as
-	// JOBPLANE_API.
+	// Server is the server's base URL (required unless Servers is set); the
+	// job also receives it as JOBPLANE_API.
 	Server string
+	// Servers, when set, are several base URLs of replicas on one database,
+	// in order of preference; Server is then ignored. Every call fails over
+	// from a server that is unreachable or answers 503 to the next one (see
+	// apiclient.Server), and a host name that resolves to several addresses
+	// counts as one server per address. The job receives the URL of the
+	// server current when it starts.
+	Servers []string
 	// RegistrationToken registers the runner on first start; it is needed only
 	// while StateDir holds no runner.json.
 	RegistrationToken string
@@ -81,7 +88,7 @@ func (c *Config) setDefaults() {
 		c.Version = "dev"
 	}
 	if c.Executor == nil {
-		c.Executor = process.New()
+		c.Executor = process.New(process.Options{Clock: c.Clock})
 	}
 }
 
@@ -89,12 +96,15 @@ func (c *Config) setDefaults() {
 // names the first bad field.
 func (c Config) Validate() error {
 	c.setDefaults()
-	u, err := url.Parse(c.Server)
-	switch {
-	case c.Server == "":
+	if len(c.serverURLs()) == 0 {
 		return &ConfigError{"Server", "is required"}
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return &ConfigError{"Server", fmt.Sprintf("%q is not an http(s) URL", c.Server)}
+	}
+	for _, s := range c.serverURLs() {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &ConfigError{"Server", fmt.Sprintf("%q is not an http(s) URL", s)}
+		}
+	}
+	switch {
 	case c.StateDir == "":
 		return &ConfigError{"StateDir", "is required"}
 	case c.Concurrency < 1:
@@ -105,6 +115,17 @@ func (c Config) Validate() error {
 		return &ConfigError{"HTTP", fmt.Sprintf("timeout %s must exceed the claim wait of %d s by more than 5 s", c.HTTP.Timeout, c.WaitSeconds)}
 	}
 	return nil
+}
+
+// serverURLs are the configured servers, in order of preference.
+func (c *Config) serverURLs() []string {
+	if len(c.Servers) > 0 {
+		return c.Servers
+	}
+	if c.Server == "" {
+		return nil
+	}
+	return []string{c.Server}
 }
 
 var errNoRegistrationToken = errors.New("worker config: RegistrationToken: is required to register a new runner (no runner.json in StateDir)")

@@ -56,7 +56,10 @@ type fakeServer struct {
 	// traceparents lists the trace contexts requests carried.
 	traceparents []string
 	badRequests  []string
-	changed      chan struct{}
+	// disabled answers claims 403 runner_disabled, as for a runner an
+	// admin disabled.
+	disabled bool
+	changed  chan struct{}
 }
 
 func newFakeServer(t *testing.T, clk clock.Clock) *fakeServer {
@@ -174,6 +177,10 @@ func (s *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.claimRequests = append(s.claimRequests, req.RequestID)
 		s.claimMaxes = append(s.claimMaxes, req.Max)
+		if s.disabled {
+			problem(w, 403, protocol.CodeRunnerDisabled)
+			return
+		}
 		if req.Max > 0 {
 			s.claimBatch(w, req)
 			return

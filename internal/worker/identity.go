@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
@@ -97,6 +98,11 @@ func (w *Worker) ensureIdentity(ctx context.Context) error {
 	if err := os.MkdirAll(w.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("make state dir: %w", err)
 	}
+	// Only the worker may list or read it, whatever mode it was made with
+	// (an executor with a job user may add passage, never reading).
+	if err := os.Chmod(w.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("restrict state dir: %w", err)
+	}
 	key, err := loadOrCreateKey(w.cfg.StateDir)
 	if err != nil {
 		return err
@@ -107,8 +113,8 @@ func (w *Worker) ensureIdentity(ctx context.Context) error {
 		return err
 	}
 	if id != nil {
-		if id.Server != w.cfg.Server {
-			w.log.Warn("worker: identity was registered with another server URL", "recorded", id.Server, "server", w.cfg.Server)
+		if !slices.Contains(w.cfg.serverURLs(), id.Server) {
+			w.log.Warn("worker: identity was registered with another server URL", "recorded", id.Server, "servers", w.cfg.serverURLs())
 		}
 		w.rc.RunnerID = id.RunnerID
 		w.log.Info("worker: using existing identity", "runner_id", id.RunnerID)
@@ -123,6 +129,7 @@ func (w *Worker) ensureIdentity(ctx context.Context) error {
 		Labels:    append([]string{}, w.cfg.Labels...),
 		Version:   w.cfg.Version,
 	}
+	req.Executor, req.Capabilities = w.executorState()
 	var resp *protocol.RegisterResponse
 	for n := 0; ; n++ {
 		resp, err = w.rc.Register(ctx, w.cfg.RegistrationToken, req)
@@ -140,7 +147,7 @@ func (w *Worker) ensureIdentity(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	b, _ := json.MarshalIndent(identity{RunnerID: resp.RunnerID, Server: w.cfg.Server}, "", "  ")
+	b, _ := json.MarshalIndent(identity{RunnerID: resp.RunnerID, Server: w.rc.Current().URL}, "", "  ")
 	if err := writeFileAtomic(filepath.Join(w.cfg.StateDir, identityFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("write runner identity: %w", err)
 	}

@@ -1,23 +1,16 @@
 package worker
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
-	"path/filepath"
-	"strings"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
+	"github.com/jobplane/jobplane/internal/jobfiles"
 	"github.com/jobplane/jobplane/internal/protocol"
 )
-
-// maxSourceBytes bounds what an unpacked source may write.
-const maxSourceBytes = 8 << 30
 
 // fetchSource puts the job's source commit into its working directory: a
 // managed runner redeems a fresh single-use ticket per try and unpacks the
@@ -91,79 +84,5 @@ func sourceEnv(asg *protocol.Assignment) []string {
 	return []string{"JOBPLANE_SOURCE_REPO=" + asg.Source.Repo, "JOBPLANE_SOURCE_COMMIT=" + asg.Source.Commit}
 }
 
-// unpack extracts a gzipped tar into dir through an os.Root: entries must
-// be local names, files are created exclusively, and a symlink in the
-// archive cannot redirect a later entry outside dir (os.Root refuses to
-// follow it there). It returns the commit of git archive's global header.
-func unpack(r io.Reader, dir string) (commit string, err error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return "", fmt.Errorf("source archive: %w", err)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	tr := tar.NewReader(zr)
-	var written int64
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return commit, nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("source archive: %w", err)
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			commit = h.PAXRecords["comment"]
-			continue
-		}
-		name := strings.TrimSuffix(h.Name, "/")
-		if !filepath.IsLocal(name) || strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name {
-			return "", fmt.Errorf("source archive: entry %q is not a local path", h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = root.MkdirAll(name, 0o755)
-		case tar.TypeReg:
-			if written += h.Size; written > maxSourceBytes {
-				return "", fmt.Errorf("source archive: more than %d bytes", int64(maxSourceBytes))
-			}
-			err = writeEntry(root, name, h, tr)
-		case tar.TypeSymlink:
-			if d := path.Dir(name); d != "." {
-				err = root.MkdirAll(d, 0o755)
-			}
-			if err == nil {
-				err = root.Symlink(h.Linkname, name)
-			}
-		default:
-			return "", fmt.Errorf("source archive: entry %q has unsupported type %q", h.Name, h.Typeflag)
-		}
-		if err != nil {
-			return "", fmt.Errorf("source archive: %s: %w", h.Name, err)
-		}
-	}
-}
-
-func writeEntry(root *os.Root, name string, h *tar.Header, r io.Reader) error {
-	if d := path.Dir(name); d != "." {
-		if err := root.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	mode := os.FileMode(0o644)
-	if h.Mode&0o111 != 0 {
-		mode = 0o755
-	}
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, io.LimitReader(r, h.Size))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+// unpack is jobfiles.Unpack: the archive's commit, unpacked into dir.
+func unpack(r io.Reader, dir string) (string, error) { return jobfiles.Unpack(r, dir) }

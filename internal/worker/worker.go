@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobplane/jobplane/internal/apiclient"
@@ -28,6 +28,9 @@ type Worker struct {
 	exec executor.Executor
 	// results coalesces the results of attempts that end together.
 	results *resultSender
+	// disabledSaid: the WARN that this runner is disabled was logged since
+	// the last successful claim.
+	disabledSaid atomic.Bool
 
 	// Timing knobs; tests shorten them.
 	heartbeatEvery time.Duration
@@ -50,16 +53,18 @@ func New(cfg Config) (*Worker, error) {
 	cfg.Labels = append([]string{}, cfg.Labels...)
 	hc := cfg.HTTP
 	if cfg.Tracing.Enabled() {
-		// The attempt's requests carry its trace, so that the server's
-		// spans of them join the run's trace.
-		c := http.Client{Timeout: apiclient.DefaultTimeout}
-		if hc != nil {
-			c = *hc
-		}
-		c.Transport = tracing.Transport(c.Transport)
-		hc = &c
+		hc = withTracing(hc)
 	}
-	rc := &apiclient.RunnerClient{BaseURL: cfg.Server, HTTP: hc, Clock: cfg.Clock}
+	urls := cfg.serverURLs()
+	rc := &apiclient.RunnerClient{BaseURL: urls[0], HTTP: hc, Clock: cfg.Clock}
+	if len(urls) > 1 {
+		for _, u := range urls {
+			rc.Servers = append(rc.Servers, apiclient.Server{URL: u})
+		}
+	}
+	rc.OnFailover = func(from, to string, err error) {
+		cfg.Logger.Warn("worker: server unreachable or unavailable; failing over", "server", from, "next", to, "error", err)
+	}
 	return &Worker{
 		cfg:            cfg,
 		log:            cfg.Logger,
@@ -83,6 +88,7 @@ func New(cfg Config) (*Worker, error) {
 // "worker shutting down" and their attempts relinquished. It returns nil
 // after a graceful stop, or an error if the runner has no usable identity.
 func (w *Worker) Run(ctx context.Context) error {
+	w.resolveServers(ctx)
 	if err := w.ensureIdentity(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -92,6 +98,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// From here on every line is about this runner, and says which.
 	w.log = w.log.With("runner_id", w.rc.RunnerID)
 	w.log.Info("worker: started", "pool", w.cfg.Pool, "concurrency", w.cfg.Concurrency)
+	// A starting worker holds no attempt: whatever the executor left of an
+	// earlier incarnation's attempts (Kubernetes Jobs, containers) goes.
+	if err := w.exec.Sweep(ctx, w.rc.RunnerID, func(string) bool { return false }); err != nil {
+		w.log.Warn("worker: cannot remove what earlier attempts left", "executor", w.exec.Name(), "err", err)
+	}
+	if !w.stateExecutor(ctx) {
+		return nil
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.heartbeatLoop(ctx) })
 	if w.cfg.Concurrency == 1 {
@@ -102,6 +116,43 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Wait()
 	w.log.Info("worker: stopped")
 	return nil
+}
+
+// executorState is what the runner tells the server of its executor: the
+// server hands it only attempts these capabilities cover.
+func (w *Worker) executorState() (string, *protocol.Capabilities) {
+	c := w.exec.Capabilities()
+	return w.exec.Name(), &protocol.Capabilities{Images: c.Images, Isolated: c.Isolated}
+}
+
+// stateExecutor tells the server, before the first claim, what this
+// runner's executor is: a worker restarted with another executor (or
+// without its job user) keeps its identity, and must not be handed what
+// only its previous executor could run. A heartbeat carries it; it is
+// retried until the server answers, like registration. False: ctx ended.
+func (w *Worker) stateExecutor(ctx context.Context) bool {
+	req := protocol.HeartbeatRequest{Status: "idle", Attempts: []string{}}
+	req.Executor, req.Capabilities = w.executorState()
+	for n := 0; ; n++ {
+		hctx, cancel := context.WithTimeout(ctx, w.heartbeatEvery)
+		_, err := w.rc.Heartbeat(hctx, req)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if !apiclient.Retryable(err) {
+			// The claims will meet the same refusal and report it.
+			w.log.Warn("worker: cannot state the executor", "error", err)
+			return true
+		}
+		w.log.Warn("worker: stating the executor failed, retrying", "error", err)
+		if !w.sleep(ctx, w.backoff(n)) {
+			return false
+		}
+	}
 }
 
 // backoff is capped exponential backoff with jitter in [d/2, d], so that
@@ -141,7 +192,9 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			status = "busy"
 		}
 		hctx, cancel := context.WithTimeout(ctx, w.heartbeatEvery)
-		resp, err := w.rc.Heartbeat(hctx, protocol.HeartbeatRequest{Status: status, Attempts: ids})
+		req := protocol.HeartbeatRequest{Status: status, Attempts: ids}
+		req.Executor, req.Capabilities = w.executorState()
+		resp, err := w.rc.Heartbeat(hctx, req)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -163,6 +216,21 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// logRefusedClaim logs a claim the server refused. A disabled runner is an
+// operator's decision, not a fault: it is said once at WARN (and again
+// only at debug) until a claim succeeds; any other refusal is an ERROR.
+func (w *Worker) logRefusedClaim(log *slog.Logger, err error) {
+	if apiclient.IsCode(err, protocol.CodeRunnerDisabled) {
+		if w.disabledSaid.CompareAndSwap(false, true) {
+			log.Warn("worker: this runner is disabled; claiming again until an admin enables it", "error", err)
+		} else {
+			log.Debug("worker: claim refused: runner disabled", "error", err)
+		}
+		return
+	}
+	log.Error("worker: claim refused", "error", err)
 }
 
 // claimLoop is one claim slot: it claims and runs one attempt at a time.
@@ -188,7 +256,7 @@ func (w *Worker) claimLoop(ctx context.Context, slot int) {
 				// so the server returns the assignment it may have leased.
 				log.Warn("worker: claim failed, retrying", "error", err, "failures", failures+1)
 			} else {
-				log.Error("worker: claim refused", "error", err)
+				w.logRefusedClaim(log, err)
 				requestID = ""
 			}
 			if !w.sleep(ctx, w.backoff(failures)) {
@@ -198,6 +266,7 @@ func (w *Worker) claimLoop(ctx context.Context, slot int) {
 			continue
 		}
 		failures = 0
+		w.disabledSaid.Store(false)
 		requestID = ""
 		if asg == nil {
 			continue
@@ -257,7 +326,7 @@ func (w *Worker) claimBatchLoop(ctx context.Context, wg *sync.WaitGroup) {
 			if apiclient.Retryable(err) {
 				w.log.Warn("worker: claim failed, retrying", "error", err, "failures", failures+1)
 			} else {
-				w.log.Error("worker: claim refused", "error", err)
+				w.logRefusedClaim(w.log, err)
 				requestID = ""
 				release(n)
 			}
@@ -268,6 +337,7 @@ func (w *Worker) claimBatchLoop(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		failures, requestID = 0, ""
+		w.disabledSaid.Store(false)
 		release(n - len(asgs))
 		for _, asg := range asgs {
 			sent := firstSent

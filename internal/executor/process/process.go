@@ -1,8 +1,8 @@
 package process
 
 import (
+	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,37 +11,78 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/executor"
+	"github.com/jobplane/jobplane/internal/executor/supervise"
 )
 
-// readerDrain bounds the wait for output after the process group is gone:
-// a process that left the group (setsid) may still hold the pipes.
-const readerDrain = 2 * time.Second
+const (
+	// controlWrite bounds one control line's write: a stopped supervisor
+	// must not block the worker (its bound ends the job anyway).
+	controlWrite = time.Second
+)
 
-// Executor runs jobs as child processes. The zero value is ready to use.
-type Executor struct{}
+// Options configure a process executor.
+type Options struct {
+	// Clock is the worker's clock, on which Spec.Until is given. Default:
+	// the real clock.
+	Clock clock.Clock
+	// Supervisor is the jobplane binary that supervises each job. Default:
+	// the running binary (/proc/self/exe).
+	Supervisor string
+	// JobUser, when set, is the OS user jobs run as (`jobplane worker
+	// --job-user`): another user than the worker's, so that a job cannot
+	// read the runner's key or signal the worker. It needs a worker
+	// running as root.
+	JobUser *JobUser
+}
+
+// Executor runs jobs as child processes under a supervisor.
+type Executor struct {
+	clk        clock.Clock
+	supervisor string
+	user       *JobUser
+}
 
 var _ executor.Executor = (*Executor)(nil)
 
 // New returns a process executor.
-func New() *Executor { return &Executor{} }
+func New(o Options) *Executor {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Supervisor == "" {
+		o.Supervisor = "/proc/self/exe"
+	}
+	return &Executor{clk: o.Clock, supervisor: o.Supervisor, user: o.JobUser}
+}
 
 // Name implements executor.Executor.
 func (*Executor) Name() string { return "process" }
 
-// Capabilities implements executor.Executor: no images, and a job runs as
-// the worker's own user, so it is not isolated from the runner's key.
-func (*Executor) Capabilities() executor.Capabilities { return executor.Capabilities{} }
+// Capabilities implements executor.Executor: no images; isolated only
+// with a job user, since a job running as the worker's own user can read
+// the runner's key and signal the worker.
+func (e *Executor) Capabilities() executor.Capabilities {
+	return executor.Capabilities{Isolated: e.user != nil}
+}
 
-// Layout implements executor.Executor: the job sees the host's paths.
-func (*Executor) Layout(host executor.Layout) executor.Layout { return host }
+// Layout implements executor.Executor: the job sees the host's paths, and
+// with a job user gets its own HOME and TMPDIR in the attempt directory.
+func (e *Executor) Layout(host executor.Layout) executor.Layout {
+	if e.user != nil {
+		host.Home = filepath.Join(host.Root, "home")
+		host.Tmp = filepath.Join(host.Root, "tmp")
+	}
+	return host
+}
 
-// Sweep implements executor.Executor: a process of an earlier worker is
-// gone with its process group, so nothing is left to remove.
+// Sweep implements executor.Executor: the supervisor of an earlier worker's
+// job ends it when that worker goes, so nothing is left to remove.
 func (*Executor) Sweep(context.Context, string, func(string) bool) error { return nil }
 
 // Start implements executor.Executor.
-func (*Executor) Start(_ context.Context, spec *executor.Spec) (executor.Job, error) {
+func (e *Executor) Start(_ context.Context, spec *executor.Spec) (executor.Job, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: executor.ErrNoCommand}
 	}
@@ -52,36 +93,80 @@ func (*Executor) Start(_ context.Context, spec *executor.Spec) (executor.Job, er
 	if err != nil {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	// The common mistakes (no such command, a missing directory) are
+	// found here; the supervisor reports any later failure to Wait.
+	if _, err := os.Stat(dir); err != nil {
+		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("working directory: %w", err)}
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Dir = dir
-	cmd.Env = spec.Env
-	cmd.Stdin = nil // /dev/null
-	cmd.Stdout = outW
-	cmd.Stderr = errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	// The child has its own copies; ours must go so that EOF comes when the
-	// job's processes are gone.
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
+	if _, err := supervise.LookPath(spec.Command[0], spec.Env, dir); err != nil {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
-	j := &job{cmd: cmd, pgid: cmd.Process.Pid, outR: outR, errR: errR}
-	j.readers.Go(func() { executor.ReadLines(outR, func(s string) { spec.Output("stdout", s) }) })
-	j.readers.Go(func() { executor.ReadLines(errR, func(s string) { spec.Output("stderr", s) }) })
+	env, userFlag := spec.Env, ""
+	if e.user != nil {
+		if env, err = e.user.prepare(e.Layout(spec.Layout), spec.Env); err != nil {
+			return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("prepare the attempt directory for job user %s: %w", e.user.Name, err)}
+		}
+		userFlag = fmt.Sprintf("%d:%d", e.user.UID, e.user.GID)
+	}
+	var parent, child []*os.File // ends kept, ends passed to the supervisor
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		r, w, err = os.Pipe()
+		return r, w
+	}
+	outR, outW := pipe()
+	errR, errW := pipe()
+	ctlR, ctlW := pipe()
+	stR, stW := pipe()
+	if err != nil {
+		closeAll([]*os.File{outR, outW, errR, errW, ctlR, ctlW, stR, stW})
+		return nil, err
+	}
+	parent = []*os.File{outR, errR, ctlW, stR}
+	child = []*os.File{outW, errW, ctlR, stW}
+	bound := spec.LatestUntil()
+	until := int64(-1)
+	if !bound.IsZero() {
+		until = max(0, bound.Sub(e.clk.Now()).Milliseconds())
+	}
+	cmd := &exec.Cmd{
+		Path: e.supervisor,
+		Args: append([]string{supervise.Argv0}, supervise.Args(supervise.Options{
+			ControlFD: 3, StatusFD: 4, UntilMS: until, Dir: dir, User: userFlag,
+		}, spec.Command)...),
+		Env:        env,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{ctlR, stW},
+		// Its own group, out of reach of a terminal's signals to the
+		// worker; SIGHUP when the worker dies (the pipe's end says so too).
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGHUP},
+	}
+	err = cmd.Start()
+	// The supervisor has its own copies; ours must go so that EOF comes
+	// when it and the job are gone.
+	closeAll(child)
+	if err != nil {
+		closeAll(parent)
+		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("start the supervisor: %w", err)}
+	}
+	j := &job{e: e, cmd: cmd, ctl: ctlW, outR: outR, errR: errR, status: make(chan supervise.Status, 2)}
+	j.readers.Go(func() { executor.ReadPieces(outR, spec.Emitter("stdout")) })
+	j.readers.Go(func() { executor.ReadPieces(errR, spec.Emitter("stderr")) })
+	// The supervisor's first status line (started, or why not) is read
+	// by Wait: Start returns as soon as the supervisor runs.
+	go j.readStatus(stR)
+	j.bound = executor.NewBound(e.clk, bound, func(left time.Duration) {
+		j.send(fmt.Sprintf("until %d", left.Milliseconds()))
+	})
+	j.bound.Follow()
 	return j, nil
 }
 
@@ -97,83 +182,109 @@ func workdir(workspace, rel string) (string, error) {
 	return filepath.Join(workspace, rel), nil
 }
 
-// job is a job's child process, leader of its own process group so that
-// a stop reaches everything it spawned.
+// job is a supervised job.
 type job struct {
+	e          *Executor
 	cmd        *exec.Cmd
-	pgid       int
 	outR, errR *os.File
 	readers    sync.WaitGroup
+	status     chan supervise.Status // the exit line, or nothing
 
-	mu     sync.Mutex
-	exited bool
-	timer  *time.Timer
+	bound *executor.Bound
+
+	mu   sync.Mutex
+	ctl  *os.File // nil once closed
+	pgid int      // the job's process group, led by its first process
 }
 
-// Extend implements executor.Job: the worker's own watchdog stops the
-// job at the end of its trust window.
-func (*job) Extend(time.Time) {}
+// readStatus sends the supervisor's first status line and its exit line
+// to j.status.
+func (j *job) readStatus(r *os.File) {
+	defer r.Close()
+	defer close(j.status)
+	sc := bufio.NewScanner(r)
+	first := true
+	for sc.Scan() {
+		st, err := supervise.ReadStatus(sc.Bytes())
+		if err != nil {
+			continue
+		}
+		if first || st.Event == "exit" {
+			first = false
+			if st.Event == "started" {
+				j.mu.Lock()
+				j.pgid = st.PID
+				j.mu.Unlock()
+			}
+			j.status <- st
+		}
+	}
+}
 
-// signal sends sig to the whole group, unless the group is known gone (its
-// ID could otherwise be reused by an unrelated process).
-func (j *job) signal(sig syscall.Signal) {
+// send writes one control line; a write that fails is dropped: the
+// supervisor then ends the job at its bound, or is gone.
+func (j *job) send(line string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if !j.exited {
-		_ = syscall.Kill(-j.pgid, sig)
-	}
-}
-
-// Stop implements executor.Job: SIGTERM now and SIGKILL after grace, or
-// SIGKILL at once when grace is not positive.
-func (j *job) Stop(grace time.Duration) {
-	if grace <= 0 {
-		j.signal(syscall.SIGKILL)
+	if j.ctl == nil {
 		return
 	}
-	j.signal(syscall.SIGTERM)
-	j.mu.Lock()
-	if j.timer == nil && !j.exited {
-		j.timer = time.AfterFunc(grace, func() { j.signal(syscall.SIGKILL) })
-	}
-	j.mu.Unlock()
+	// Wall time at an I/O edge: the deadline is the pipe's, not the lease's.
+	_ = j.ctl.SetWriteDeadline(clock.Real{}.Now().Add(controlWrite))
+	_, _ = j.ctl.WriteString(line + "\n")
 }
 
-// Wait implements executor.Job: it waits for the leader, then kills what is
-// left of its group (nothing the job started may outlive the attempt, since
-// the lease ends with it), and drains the output.
+// abandon closes the control stream, which tells the supervisor to kill
+// the job at once.
+func (j *job) abandon() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ctl != nil {
+		j.ctl.Close()
+		j.ctl = nil
+	}
+}
+
+// Extend implements executor.Job: the supervisor learns the new bound.
+func (j *job) Extend(until time.Time) { j.bound.Extend(until) }
+
+// Stop implements executor.Job: the supervisor sends SIGTERM to the job's
+// processes and SIGKILL after grace, or SIGKILL at once.
+func (j *job) Stop(grace time.Duration) {
+	j.send(fmt.Sprintf("stop %d", max(0, grace.Milliseconds())))
+}
+
+// Wait implements executor.Job: it waits for the supervisor, which ends
+// only when every process of the job is gone, then drains the output.
 func (j *job) Wait() executor.Exit {
 	err := j.cmd.Wait()
-	j.mu.Lock()
-	_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
-	j.exited = true
-	if j.timer != nil {
-		j.timer.Stop()
-	}
-	j.mu.Unlock()
-	drained := make(chan struct{})
-	go func() { j.readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(readerDrain):
-	}
-	j.outR.Close()
-	j.errR.Close()
-	<-drained
-	return exitOf(err)
-}
-
-// exitOf describes how the process ended.
-func exitOf(err error) executor.Exit {
-	if err == nil {
-		return executor.Exit{Code: 0, Summary: "exit status 0"}
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return executor.Exit{Code: 128 + int(ws.Signal()), Summary: "killed by signal " + ws.Signal().String()}
+	j.bound.Close()
+	j.abandon()
+	var first, last supervise.Status
+	for st := range j.status {
+		if first.Event == "" {
+			first = st
 		}
-		return executor.Exit{Code: ee.ExitCode(), Summary: fmt.Sprintf("exit status %d", ee.ExitCode())}
+		last = st
 	}
-	return executor.Exit{Code: -1, Summary: err.Error()}
+	j.mu.Lock()
+	pgid := j.pgid
+	j.mu.Unlock()
+	if last.Event != "exit" && pgid > 0 {
+		// The supervisor died without a word (killed): its job's leader
+		// got SIGKILL from the kernel (parent death); the rest of its
+		// group gets it here.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	executor.DrainOutput(&j.readers, executor.OutputDrain, func() {
+		j.outR.Close()
+		j.errR.Close()
+	})
+	switch {
+	case first.Event == "start_failed":
+		return executor.Exit{Code: 127, Summary: "start: " + first.Error, Reason: executor.ReasonStartFailed}
+	case last.Event != "exit":
+		return executor.Exit{Code: -1, Summary: fmt.Sprintf("the job's supervisor ended without a status (%v)", err), Reason: executor.ReasonSupervisorLost}
+	}
+	return executor.Exit{Code: last.Code, Summary: last.Summary}
 }

@@ -15,7 +15,12 @@ import (
 	"github.com/jobplane/jobplane/internal/executor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(miniWorkerEnv); dir != "" {
+		os.Exit(miniWorker(dir, os.Getenv(miniWorkerMode)))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // lines collects a job's output.
 type lines struct {
@@ -55,7 +60,7 @@ func TestOutputExitAndWorkdir(t *testing.T) {
 	var out lines
 	s := spec(t, &out, "sh", "-c", `echo "x=$X"; pwd; echo oops >&2; exit 3`)
 	s.Workdir = "sub"
-	j, err := New().Start(context.Background(), s)
+	j, err := New(Options{}).Start(context.Background(), s)
 	require.NoError(t, err)
 	exit := j.Wait()
 	require.Equal(t, executor.Exit{Code: 3, Summary: "exit status 3"}, exit)
@@ -75,7 +80,7 @@ func TestStartRefusals(t *testing.T) {
 	} {
 		s := spec(t, &out, "true")
 		mod(s)
-		_, err := New().Start(context.Background(), s)
+		_, err := New(Options{}).Start(context.Background(), s)
 		var se *executor.StartError
 		require.True(t, errors.As(err, &se), "%s: Start = %v, want a *StartError", name, err)
 		require.Equal(t, executor.ReasonStartFailed, se.Reason, name)
@@ -87,7 +92,7 @@ func TestStopKillsTheGroup(t *testing.T) {
 	var out lines
 	// The shell ignores SIGTERM; the grace ends in SIGKILL.
 	s := spec(t, &out, "sh", "-c", `trap '' TERM; sleep 60 & echo started; wait`)
-	j, err := New().Start(context.Background(), s)
+	j, err := New(Options{}).Start(context.Background(), s)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(out.of("stdout")) == 1 }, 10*time.Second, 10*time.Millisecond)
 	j.Stop(100 * time.Millisecond)

@@ -70,7 +70,9 @@ type Repo struct {
 	FullName     string
 	Private      bool
 	Installation int64
-	GitDir       string
+	// OwnerID is the owning account's ID (repository_owner_id).
+	OwnerID int64
+	GitDir  string
 }
 
 type token struct {
@@ -105,6 +107,7 @@ type Fake struct {
 	requests      []Request
 	down          bool
 	swap          map[string]string // repo@sha -> sha served instead
+	actions       actionsState
 }
 
 // New starts a fake; it stops when the test ends.
@@ -116,6 +119,7 @@ func New(t testing.TB, opt Options) *Fake {
 	f := &Fake{appID: opt.AppID, pub: opt.PublicKey, clock: opt.Clock,
 		installations: map[int64]*Installation{}, repos: map[string]*Repo{}, tokens: map[string]*token{},
 		checkRuns: map[int64]*checkRun{}, nextID: 1000, swap: map[string]string{}}
+	f.actions.init(t)
 	f.srv = httptest.NewServer(f.handler())
 	f.URL = f.srv.URL
 	t.Cleanup(f.srv.Close)
@@ -142,7 +146,8 @@ func (f *Fake) AddRepo(installation int64, name, gitDir string) *Repo {
 		panic(fmt.Sprintf("fakegithub: no installation %d", installation))
 	}
 	f.nextID++
-	r := &Repo{ID: f.nextID, FullName: in.Account + "/" + name, Private: true, Installation: installation, GitDir: gitDir}
+	r := &Repo{ID: f.nextID, FullName: in.Account + "/" + name, Private: true, Installation: installation,
+		OwnerID: accountID(installation), GitDir: gitDir}
 	f.repos[strings.ToLower(r.FullName)] = r
 	return r
 }
@@ -225,6 +230,9 @@ func (f *Fake) handler() http.Handler {
 	m.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", f.repoScoped("contents", "read", f.tarball))
 	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", f.repoScoped("contents", "read", f.commit))
 	m.HandleFunc("GET /repos/{owner}/{repo}", f.repoScoped("metadata", "read", f.repository))
+	m.HandleFunc("POST /repos/{owner}/{repo}/actions/workflows/{workflow}/dispatches", f.repoScoped("actions", "write", f.dispatchWorkflow))
+	m.HandleFunc("GET /oidc/.well-known/openid-configuration", f.oidcDiscovery)
+	m.HandleFunc("GET /oidc/.well-known/jwks", f.oidcJWKS)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		f.mu.Lock()

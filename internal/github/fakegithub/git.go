@@ -127,5 +127,6 @@ func (f *Fake) repository(w http.ResponseWriter, _ *http.Request, rp *Repo) {
 		branch = strings.TrimSpace(string(out))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": rp.ID, "full_name": rp.FullName, "private": rp.Private,
-		"default_branch": branch, "name": rp.FullName[strings.IndexByte(rp.FullName, '/')+1:]})
+		"default_branch": branch, "name": rp.FullName[strings.IndexByte(rp.FullName, '/')+1:],
+		"owner": map[string]any{"login": rp.FullName[:strings.IndexByte(rp.FullName, '/')], "id": rp.OwnerID}})
 }

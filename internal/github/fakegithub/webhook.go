@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Delivery is one webhook delivery as GitHub sends it.
@@ -122,7 +123,7 @@ func (f *Fake) InstallationRepositoriesPayload(installation int64, added, remove
 func (f *Fake) installationJSON(in *Installation) map[string]any {
 	return map[string]any{
 		"id": in.ID, "app_id": f.appID, "repository_selection": "selected", "permissions": in.Permissions,
-		"account": map[string]any{"login": in.Account, "id": in.ID * 10, "type": in.AccountType},
+		"account": map[string]any{"login": in.Account, "id": accountID(in.ID), "type": in.AccountType},
 	}
 }
 
@@ -156,6 +157,8 @@ type PullRequest struct {
 	HeadRepo string
 	Draft    bool
 	Sender   string // default "octocat"
+	// UpdatedAt is the pull request's updated_at; default the fake's now.
+	UpdatedAt time.Time
 }
 
 // PullRequestPayload is a "pull_request" event in GitHub's shape (the
@@ -178,6 +181,10 @@ func (f *Fake) PullRequestPayload(pr PullRequest) map[string]any {
 		return s
 	}
 	headRepo := def(pr.HeadRepo, base.FullName)
+	updated := pr.UpdatedAt
+	if updated.IsZero() {
+		updated = f.clock.Now()
+	}
 	fork := !strings.EqualFold(headRepo, base.FullName)
 	headOwner := headRepo[:strings.IndexByte(headRepo, '/')]
 	sender := def(pr.Sender, "octocat")
@@ -193,7 +200,7 @@ func (f *Fake) PullRequestPayload(pr PullRequest) map[string]any {
 		"action": pr.Action,
 		"number": pr.Number,
 		"pull_request": map[string]any{
-			"number": pr.Number, "state": "open", "draft": pr.Draft,
+			"number": pr.Number, "state": "open", "draft": pr.Draft, "updated_at": updated.UTC().Format(time.RFC3339),
 			"html_url": "https://github.com/" + base.FullName + "/pull/" + fmt.Sprint(pr.Number),
 			"user":     map[string]any{"login": sender},
 			"head":     map[string]any{"sha": pr.HeadSHA, "ref": def(pr.HeadRef, "feature"), "label": headOwner + ":" + def(pr.HeadRef, "feature"), "repo": headJSON},

@@ -57,10 +57,17 @@ const auditCols = `e.seq, e.tenant, e.at, e.actor, e.action, e.subject, e.detail
 func auditListSQL(p *store.AuditListParams) (string, []any) {
 	conds, args := andFilters([]any{p.Tenant, p.After},
 		filter{"e.subject = $%d", p.RunID, p.RunID != ""}, filter{"e.actor = $%d", p.Actor, p.Actor != ""},
-		filter{"e.at >= $%d", p.Since, !p.Since.IsZero()})
+		filter{"e.at >= $%d", p.Since, !p.Since.IsZero()}, filter{"e.seq < $%d", p.Before, p.Before > 0})
 	args = append(args, limit(p.Limit))
 	return fmt.Sprintf(`SELECT %s FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq AND c.seq > $2
-		WHERE e.tenant = $1 AND e.seq > $2%s ORDER BY e.seq LIMIT $%d`, auditCols, conds, len(args)), args
+		WHERE e.tenant = $1 AND e.seq > $2%s ORDER BY e.seq%s LIMIT $%d`, auditCols, conds, auditOrder(p), len(args)), args
+}
+
+func auditOrder(p *store.AuditListParams) string {
+	if p.Desc {
+		return " DESC"
+	}
+	return ""
 }
 
 // auditScanSQL reads the events in (after, upTo]; AuditScan passes the

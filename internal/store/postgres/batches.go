@@ -226,17 +226,17 @@ func runsCreateQueuedSQL(onConflict string) string {
 		w AS (SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::bigint[], $28::text[], $29::text[],
 			$30::text[], $31::bigint[], $32::bigint[], $33::timestamptz[], $34::text[], $35::text[], $36::text[],
 			$37::timestamptz[], $38::timestamptz[], $39::timestamptz[], $40::timestamptz[], $41::timestamptz[],
-			$42::text[], $43::timestamptz[], $44::text[], $45::text[], $46::boolean[])
+			$42::text[], $43::timestamptz[], $44::text[], $45::text[], $46::boolean[], $47::integer[])
 			WITH ORDINALITY AS w(id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 			runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at,
-			ended_at, result, created_at, blocked_on, repo, managed_only, ord)),
+			ended_at, result, created_at, blocked_on, repo, managed_only, needs, ord)),
 		a AS (
 		INSERT INTO attempts (` + attemptCols + `)
 		SELECT w.id, w.run_id, w.tenant, w.number, w.state, w.pool,
 			ARRAY(SELECT jsonb_array_elements_text(w.labels::jsonb)), w.lease_ttl_us, w.timeout_us,
 			coalesce(w.not_before, r.created_at), w.runner_id, w.lease_digest, w.claim_request_id, w.claimed_at,
 			w.lease_expires_at, w.deadline, w.heartbeat_at, w.ended_at, w.result::jsonb,
-			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only
+			coalesce(w.created_at, r.created_at), w.blocked_on, w.repo, w.managed_only, w.needs
 		FROM w JOIN r ON r.id = w.run_id ORDER BY w.ord
 		RETURNING run_id, created_at, not_before)
 		SELECT r.id, r.created_at, r.updated_at, a.created_at, a.not_before FROM r JOIN a ON a.run_id = r.id`)
@@ -269,6 +269,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 		aHeartbeat, aEnded, aCreated                  = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 		aResult                                       = make([]*string, n)
 		aManaged                                      = make([]bool, n)
+		aNeeds                                        = make([]int32, n)
 	)
 	opt := func(t time.Time) *time.Time {
 		if t.IsZero() {
@@ -296,7 +297,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 		aNumber[i], aTTL[i], aTimeout[i] = int64(a.Number), a.LeaseTTL.Microseconds(), a.Timeout.Microseconds()
 		aNotBefore[i], aClaimed[i], aExpires[i], aDeadline[i] = opt(a.NotBefore), a.ClaimedAt, a.LeaseExpiresAt, a.Deadline
 		aHeartbeat[i], aEnded[i], aCreated[i] = a.HeartbeatAt, a.EndedAt, opt(a.CreatedAt)
-		aResult[i], aManaged[i] = jsonText(a.Result), a.ManagedOnly
+		aResult[i], aManaged[i], aNeeds[i] = jsonText(a.Result), a.ManagedOnly, int32(a.Needs)
 	}
 	// A run with an idempotency key may find it taken, by a transaction
 	// committed or in flight: its insert then does nothing, which the
@@ -315,7 +316,7 @@ func (q *queries) RunsCreateQueued(ctx context.Context, pairs []store.AttemptRun
 		rID, rTenant, rJob, rChannel, rRef, rCommit, rParams, rActor, rReason, rSource, rKey, rState, rDecision,
 		rGrants, rLeaseKeys, rWaiting, rSpec, rMax, rCounted, rCancel, rCreated, rUpdated, rFinished,
 		aID, rID, aTenant, aNumber, aState, aPool, aLabels, aTTL, aTimeout, aNotBefore, aRunner, aDigest, aRequest,
-		aClaimed, aExpires, aDeadline, aHeartbeat, aEnded, aResult, aCreated, aBlocked, aRepo, aManaged)
+		aClaimed, aExpires, aDeadline, aHeartbeat, aEnded, aResult, aCreated, aBlocked, aRepo, aManaged, aNeeds)
 	if err != nil {
 		return interpretError(err)
 	}

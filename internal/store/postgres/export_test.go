@@ -117,9 +117,19 @@ func GenericSQL() map[string]string {
 // SetGenericSQL is what precedes a statement marked generic.
 const SetGenericSQL = setGenericSQL
 
+// RetentionSQL returns the statements of the retention sweep's lists:
+// RetentionDue of logs, ArtifactListStale, SourceTicketPurge and
+// RunsEndedUnstamped.
+func RetentionSQL() (logsDue, stale, ticketPurge, unstamped string) {
+	return retentionDueSQL("logs_due_at", "logs_pruned_at"), artifactListStaleSQL, sourceTicketPurgeSQL, runsEndedUnstampedSQL
+}
+
 // SweepSQL returns the statements of AttemptListExpired and NoncePurge.
 func SweepSQL() (expired, noncePurge string) { return attemptListExpiredSQL, noncePurgeSQL }
 
 // LeaseWaiterSQL returns the statements that unblock a key's waiters on
 // release and sweep the waiters of keys nobody holds.
 func LeaseWaiterSQL() (unblock, wakeStranded string) { return unblockWaitersSQL, leaseWakeStrandedSQL }
+
+// LogArchiveSQL returns the statement of RunsLogsUnarchived.
+func LogArchiveSQL() (unarchived string) { return runsLogsUnarchivedSQL }

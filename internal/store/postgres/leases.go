@@ -172,7 +172,7 @@ func (q *queries) LeaseAcquire(ctx context.Context, p *store.LeaseAcquireParams)
 	// The attempt's expiry was computed when it was claimed, before this
 	// transaction waited on the keys' row locks: restart it from the
 	// statement clock now, so a waiter never gets a grant already expired
-	// (RELIABILITY.md rule 3, case L6).
+	// (reliability rule 3, case L6).
 	var runnerID string
 	var expiresAt *time.Time
 	err := q.db.QueryRow(ctx, `UPDATE attempts SET lease_expires_at = GREATEST(lease_expires_at,

@@ -153,6 +153,9 @@ func TestAuditReadsUseTheirBounds(t *testing.T) {
 			[]string{"'tn_bound'", strconv.Itoa(from), "'usr_rare'", "1000"}, 6},
 		{"list of a run since", postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_bound", RunID: "run_7", Since: time.Unix(1, 0)}),
 			[]string{"'tn_bound'", strconv.Itoa(from), "'run_7'", "'1970-01-01T00:00:01Z'", "1000"}, 3},
+		// The audit page's newest first, 1,000 events back.
+		{"newest first before a cursor", postgres.AuditListSQL(&store.AuditListParams{Tenant: "tn_bound", Before: 1, Desc: true}),
+			[]string{"'tn_bound'", "0", strconv.Itoa(from + n - 1000), "100"}, 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			top, plan := analyzeGeneric(t, s, c.sql, c.args...)
@@ -370,4 +373,31 @@ func boundedBy(p scanNode, column string) bool {
 		}
 	}
 	return false
+}
+
+// TestRetentionSweepUsesItsIndexes: the retention sweep's lists read their
+// partial indexes, bounded by the time or the cursor they compare, so that
+// a round costs what is due, not the history kept.
+func TestRetentionSweepUsesItsIndexes(t *testing.T) {
+	s := testdb.Postgres(t).(*postgres.Store)
+	logsDue, stale, purge, unstamped := postgres.RetentionSQL()
+	for _, c := range []struct {
+		name, sql, args, index, column string
+	}{
+		{"logs due", logsDue, `NULL, 100`, "run_retention_logs_due", "logs_due_at"},
+		{"stale artifact rows", stale, `NULL, now(), 100`, "artifacts_unstored", ""},
+		{"source ticket purge", purge, `NULL, 100`, "source_tickets_expiry", "expires_at"},
+		{"ended runs", unstamped, `now(), 100`, "runs_finished", "finished_at"},
+		{"logs to move", postgres.LogArchiveSQL(), `NULL, now(), 100`, "run_retention_logs_unarchived", "finished_at"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plan := explainPrepared(t, s, []string{`SET LOCAL enable_seqscan = off`}, "FORMAT JSON", c.sql, c.args)
+			require.Contains(t, plan, `"Index Name": "`+c.index+`"`, "plan: %s", plan)
+			if c.column != "" {
+				var plans []struct{ Plan scanNode }
+				require.NoError(t, json.Unmarshal([]byte(plan), &plans))
+				require.True(t, boundedBy(plans[0].Plan, c.column), "no index condition on %s: %s", c.column, plan)
+			}
+		})
+	}
 }

@@ -376,10 +376,13 @@ func interpretError(err error) error {
 		if pgErr.Code == "23505" {
 			return fmt.Errorf("%w: %w", store.ErrAlreadyExists, err)
 		}
+		if store.ConnectionLost(err) {
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
 		return err
 	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
+	if errors.As(err, &connErr) || store.ConnectionLost(err) {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err

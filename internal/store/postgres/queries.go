@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -113,7 +114,7 @@ func (q *queries) exec1(ctx context.Context, sql string, args ...any) error {
 // e.g. to read the row that won.
 func (q *queries) insert(ctx context.Context, sql string, args []any, dest ...any) error {
 	err := q.db.QueryRow(ctx, sql, args...).Scan(dest...)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return store.ErrAlreadyExists
 	}
 	return interpretError(err)
@@ -186,20 +187,21 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at, blocked_on, repo, managed_only`
+	result, created_at, blocked_on, repo, managed_only, needs`
 
 var attemptColsQ = prefixCols("attempts.", attemptCols)
 
 func scanAttempt(r scanner) (*store.Attempt, error) {
 	a := &store.Attempt{}
 	var ttl, timeout int64
+	var needs int32
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, &a.Labels, &ttl, &timeout,
 		&a.NotBefore, &a.RunnerID, &a.LeaseDigest, &a.ClaimRequestID, &a.ClaimedAt, &a.LeaseExpiresAt,
-		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt, &a.BlockedOn, &a.Repo, &a.ManagedOnly)
+		&a.Deadline, &a.HeartbeatAt, &a.EndedAt, jsonCol{&a.Result}, &a.CreatedAt, &a.BlockedOn, &a.Repo, &a.ManagedOnly, &needs)
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	a.LeaseTTL, a.Timeout = us(ttl), us(timeout)
+	a.LeaseTTL, a.Timeout, a.Needs = us(ttl), us(timeout), store.Capabilities(needs)
 	nilEmpty(&a.Labels)
 	utc(&a.NotBefore)
 	utc(&a.CreatedAt)
@@ -231,7 +233,7 @@ func (q *queries) attempts(ctx context.Context, sql string, args ...any) ([]*sto
 // LIMIT …)) guarantees at most one row (bug #15715). Parameters: $1 fake now
 // or NULL, $2 runner, $3 lease digest, $4 claim request id, $5 tenant, $6
 // pool, $7 runner labels, $8 self-hosted runner, $9 its allowed
-// repositories. Exported for `jobplane bench --explain`.
+// repositories, $10 its capabilities. Exported for `jobplane bench --explain`.
 var ClaimQuery = claimWith + claimUpdate
 
 // claimRunQuery is ClaimQuery that also returns the claimed attempt's run,
@@ -239,15 +241,38 @@ var ClaimQuery = claimWith + claimUpdate
 var claimRunQuery = claimWith + `, u AS (` + claimUpdate + `)
 		SELECT u.*, ` + runColsQ + ` FROM u JOIN runs ON runs.id = u.run_id FOR UPDATE OF runs`
 
-const claimWith = `WITH n AS (SELECT ` + nowSQL + ` AS now),
+var claimWith = claimCTE("a.id", "1")
+
+// NeedsArg is the claim's $10: every needs value a runner with caps can
+// serve (the subsets of caps). An equality the planner estimates from the
+// column's statistics keeps the claim on its index, where the bitwise test
+// (needs & ~caps) = 0, an expression without statistics, was guessed
+// selective enough to make a sort of a sequential scan look cheaper.
+func NeedsArg(caps store.Capabilities) []int32 {
+	var out []int32
+	for s := caps; ; s = (s - 1) & caps {
+		out = append(out, int32(s))
+		if s == 0 {
+			return out
+		}
+	}
+}
+
+// claimCTE is the statement clock (n) and the eligible queued attempts the
+// runner may take (c), locked in claim order, with the columns c carries
+// and how many it takes.
+func claimCTE(cols, limit string) string {
+	return `WITH n AS (SELECT ` + nowSQL + ` AS now),
 		c AS (
-			SELECT a.id FROM attempts a
+			SELECT ` + cols + ` FROM attempts a
 			WHERE a.state = 'queued' AND a.tenant = $5 AND a.pool = $6
 				AND a.not_before <= (SELECT now FROM n) AND a.blocked_on = '' AND a.labels <@ $7::text[]
 				AND (NOT $8 OR NOT a.managed_only) AND (cardinality($9::text[]) = 0 OR a.repo = ANY($9::text[]))
+				AND a.needs = ANY($10::integer[])
 			ORDER BY a.not_before, a.id
-			LIMIT 1
+			LIMIT ` + limit + `
 			FOR UPDATE OF a SKIP LOCKED)`
+}
 
 var claimUpdate = `
 		UPDATE attempts SET state = 'leased', runner_id = $2, lease_digest = $3, claim_request_id = $4,
@@ -261,13 +286,13 @@ var claimUpdate = `
 func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, error) {
 	return scanAttempt(q.db.QueryRow(ctx, ClaimQuery,
 		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
-		p.SelfHosted, listArg(p.AllowedRepos)))
+		p.SelfHosted, listArg(p.AllowedRepos), NeedsArg(p.Capabilities)))
 }
 
 func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimParams) (*store.Attempt, *store.Run, error) {
 	row := q.db.QueryRow(ctx, claimRunQuery,
 		p.Now, p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listArg(p.RunnerLabels),
-		p.SelfHosted, listArg(p.AllowedRepos))
+		p.SelfHosted, listArg(p.AllowedRepos), NeedsArg(p.Capabilities))
 	var r *store.Run
 	a, err := scanAttempt(scanFunc(func(ad ...any) error {
 		var err error
@@ -280,11 +305,11 @@ func (q *queries) AttemptClaimRun(ctx context.Context, p *store.AttemptClaimPara
 	return a, r, nil
 }
 
-// claimRunsQuery is claimRunQuery for up to $10 attempts: the i-th in
+// claimRunsQuery is claimRunQuery for up to $11 attempts: the i-th in
 // claim order gets the i-th lease digest ($3) and claim request ID ($4).
 // The row numbers are taken after the locking CTE, which may not carry a
 // window function; the runs are locked in claim order.
-var claimRunsQuery = strings.Replace(strings.Replace(claimWith, "SELECT a.id FROM", "SELECT a.id, a.not_before FROM", 1), "LIMIT 1", "LIMIT $10", 1) + `,
+var claimRunsQuery = claimCTE("a.id, a.not_before", "$11") + `,
 		o AS (SELECT id, row_number() OVER (ORDER BY not_before, id) AS i FROM c),
 		u AS (
 		UPDATE attempts SET state = 'leased', runner_id = $2, lease_digest = ($3::text[])[o.i], claim_request_id = ($4::text[])[o.i],
@@ -306,7 +331,7 @@ func (q *queries) AttemptClaimRuns(ctx context.Context, p *store.AttemptClaimPar
 	}
 	rows, err := q.db.Query(ctx, claimRunsQuery,
 		p.Now, p.RunnerID, digests, requests, p.Tenant, p.Pool, listArg(p.RunnerLabels),
-		p.SelfHosted, listArg(p.AllowedRepos), len(slots))
+		p.SelfHosted, listArg(p.AllowedRepos), NeedsArg(p.Capabilities), len(slots))
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -336,11 +361,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	err := q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`, $21, $22, $23) ON CONFLICT DO NOTHING RETURNING created_at`,
+		$12, $13, $14, $15, $16, $17, $18, $19, $20, `+nowSQL+`, $21, $22, $23, $24) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{timeArg(a.CreatedAt), a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels),
 			a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(), a.NotBefore, a.RunnerID, a.LeaseDigest,
 			a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt, a.EndedAt, jsonArg(a.Result),
-			a.BlockedOn, a.Repo, a.ManagedOnly},
+			a.BlockedOn, a.Repo, a.ManagedOnly, int32(a.Needs)},
 		&a.CreatedAt)
 	utc(&a.CreatedAt)
 	return err
@@ -525,17 +550,18 @@ func (q *queries) LogList(ctx context.Context, p *store.LogListParams) ([]*store
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	defer rows.Close()
-	var out []*store.LogLine
-	for rows.Next() {
-		l := &store.LogLine{}
-		if err := rows.Scan(&l.ID, &l.RunID, &l.AttemptID, &l.Seq, &l.Idx, &l.At, &l.Stream, &l.Text); err != nil {
-			return nil, interpretError(err)
-		}
-		utc(&l.At)
-		out = append(out, l)
+	return collect(rows, scanLogLine)
+}
+
+// scanLogLine reads a row of log_lines (id, run_id, attempt_id, seq, idx,
+// at, stream, text).
+func scanLogLine(r pgx.Rows) (*store.LogLine, error) {
+	l := &store.LogLine{}
+	if err := r.Scan(&l.ID, &l.RunID, &l.AttemptID, &l.Seq, &l.Idx, &l.At, &l.Stream, &l.Text); err != nil {
+		return nil, err
 	}
-	return out, interpretError(rows.Err())
+	utc(&l.At)
+	return l, nil
 }
 
 // ---- nonces, clock ----
@@ -710,7 +736,7 @@ func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.At
 		a AS (
 		INSERT INTO attempts (`+attemptCols+`) SELECT $24, $25, $26, $27, $28, $29, $30, $31, $32,
 			coalesce($33::timestamptz, r.created_at), $34, $35, $36, $37, $38, $39, $40, $41, $42,
-			coalesce($43::timestamptz, r.created_at), $44, $45, $46 FROM r
+			coalesce($43::timestamptz, r.created_at), $44, $45, $46, $47 FROM r
 		ON CONFLICT DO NOTHING RETURNING created_at, not_before)
 		SELECT r.created_at, r.updated_at, a.created_at, a.not_before FROM r, a`,
 		[]any{timeArg(r.CreatedAt), timeArg(r.UpdatedAt), r.ID, r.Tenant, r.Job, r.Channel, r.Ref, r.Commit,
@@ -719,7 +745,7 @@ func (q *queries) RunCreateQueued(ctx context.Context, r *store.Run, a *store.At
 			r.CancelRequested, r.FinishedAt,
 			a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listArg(a.Labels), a.LeaseTTL.Microseconds(), a.Timeout.Microseconds(),
 			notBefore, a.RunnerID, a.LeaseDigest, a.ClaimRequestID, a.ClaimedAt, a.LeaseExpiresAt, a.Deadline, a.HeartbeatAt,
-			a.EndedAt, jsonArg(a.Result), created, a.BlockedOn, a.Repo, a.ManagedOnly},
+			a.EndedAt, jsonArg(a.Result), created, a.BlockedOn, a.Repo, a.ManagedOnly, int32(a.Needs)},
 		&r.CreatedAt, &r.UpdatedAt, &a.CreatedAt, &a.NotBefore)
 	utc(&r.CreatedAt)
 	utc(&r.UpdatedAt)
@@ -867,15 +893,17 @@ func sameSlice(a, b []byte) bool {
 // ---- runners ----
 
 const runnerCols = `id, tenant, pool, name, labels, public_key, key_fingerprint, status, self_hosted, allowed_repos,
-	version, last_seen_at, created_at`
+	version, last_seen_at, created_at, executor, capabilities`
 
 func scanRunner(r scanner) (*store.Runner, error) {
 	x := &store.Runner{}
+	var caps int32
 	err := r.Scan(&x.ID, &x.Tenant, &x.Pool, &x.Name, &x.Labels, &x.PublicKey, &x.KeyFingerprint, &x.Status,
-		&x.SelfHosted, &x.AllowedRepos, &x.Version, &x.LastSeenAt, &x.CreatedAt)
+		&x.SelfHosted, &x.AllowedRepos, &x.Version, &x.LastSeenAt, &x.CreatedAt, &x.Executor, &caps)
 	if err != nil {
 		return nil, interpretError(err)
 	}
+	x.Capabilities = store.Capabilities(caps)
 	nilEmpty(&x.Labels)
 	nilEmpty(&x.AllowedRepos)
 	utcp(&x.LastSeenAt)
@@ -891,9 +919,9 @@ func (q *queries) RunnerCreate(ctx context.Context, r *store.Runner) error {
 		r.Status = store.RunnerActive
 	}
 	err := q.insert(ctx, `INSERT INTO runners (`+runnerCols+`) VALUES ($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-		$13, `+nowSQL+`) ON CONFLICT DO NOTHING RETURNING created_at`,
+		$13, `+nowSQL+`, $14, $15) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{timeArg(r.CreatedAt), r.ID, r.Tenant, r.Pool, r.Name, listArg(r.Labels), r.PublicKey, r.KeyFingerprint,
-			r.Status, r.SelfHosted, listArg(r.AllowedRepos), r.Version, r.LastSeenAt}, &r.CreatedAt)
+			r.Status, r.SelfHosted, listArg(r.AllowedRepos), r.Version, r.LastSeenAt, runnerExecutor(r), int32(r.Capabilities)}, &r.CreatedAt)
 	utc(&r.CreatedAt)
 	return err
 }
@@ -932,8 +960,9 @@ func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Ti
 }
 
 func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
-	if err := q.exec1(ctx, `UPDATE runners SET status = $1, public_key = $2, key_fingerprint = $3, labels = $4 WHERE id = $5`,
-		r.Status, r.PublicKey, r.KeyFingerprint, listArg(r.Labels), r.ID); err != nil {
+	if err := q.exec1(ctx, `UPDATE runners SET status = $1, public_key = $2, key_fingerprint = $3, labels = $4,
+		executor = $6, capabilities = $7 WHERE id = $5`,
+		r.Status, r.PublicKey, r.KeyFingerprint, listArg(r.Labels), r.ID, runnerExecutor(r), int32(r.Capabilities)); err != nil {
 		return err
 	}
 	return q.announce(ctx, notifyRunner+r.ID)
@@ -997,4 +1026,13 @@ func (q *queries) WakeWatchers(ctx context.Context) error {
 	}
 	q.wokeHere = true
 	return nil
+}
+
+// runnerExecutor is the executor stored for r: a runner that never named
+// one runs the process executor.
+func runnerExecutor(r *store.Runner) string {
+	if r.Executor == "" {
+		r.Executor = store.ExecutorProcess
+	}
+	return r.Executor
 }

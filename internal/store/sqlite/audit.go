@@ -41,9 +41,13 @@ func (q *queries) auditEvents(ctx context.Context, sql string, args ...any) ([]*
 func auditListSQL(p *store.AuditListParams) (string, []any) {
 	conds, args := andFilters([]any{p.Tenant, p.After},
 		filter{"e.subject = ?", p.RunID, p.RunID != ""}, filter{"e.actor = ?", p.Actor, p.Actor != ""},
-		filter{"e.at >= ?", micros(p.Since), !p.Since.IsZero()})
+		filter{"e.at >= ?", micros(p.Since), !p.Since.IsZero()}, filter{"e.seq < ?", p.Before, p.Before > 0})
+	order := ""
+	if p.Desc {
+		order = " DESC"
+	}
 	return `SELECT ` + auditCols + ` FROM audit_events e LEFT JOIN audit_chain c ON c.seq = e.seq
-		WHERE e.tenant = ? AND e.seq > ?` + conds + ` ORDER BY e.seq LIMIT ?`, append(args, limit(p.Limit))
+		WHERE e.tenant = ? AND e.seq > ?` + conds + ` ORDER BY e.seq` + order + ` LIMIT ?`, append(args, limit(p.Limit))
 }
 
 func (q *queries) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEvent, error) {

@@ -54,6 +54,7 @@ func TestListsUseTheirIndexes(t *testing.T) {
 		{"run", store.AuditListParams{Tenant: "tn", RunID: "run_7"}, "audit_events_subject (tenant=? AND subject=? AND seq>?)"},
 		{"run since", store.AuditListParams{Tenant: "tn", RunID: "run_7", Since: time.Unix(1, 0)}, "audit_events_subject (tenant=? AND subject=? AND seq>?)"},
 		{"actor", store.AuditListParams{Tenant: "tn", Actor: "usr_7"}, "audit_events_actor (tenant=? AND actor=? AND seq>?)"},
+		{"actor newest before", store.AuditListParams{Tenant: "tn", Actor: "usr_7", Before: 100, Desc: true}, "audit_events_actor (tenant=? AND actor=? AND seq>? AND seq<?)"},
 	} {
 		sql, args := auditListSQL(&c.p)
 		got := plan(sql, args...)

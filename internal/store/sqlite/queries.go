@@ -153,14 +153,14 @@ func (q *queries) PrincipalGetByName(ctx context.Context, tenant, name string) (
 
 const attemptCols = `id, run_id, tenant, number, state, pool, labels, lease_ttl_us, timeout_us, not_before,
 	runner_id, lease_digest, claim_request_id, claimed_at, lease_expires_at, deadline, heartbeat_at, ended_at,
-	result, created_at, blocked_on, repo, managed_only`
+	result, created_at, blocked_on, repo, managed_only, needs`
 
 func scanAttempt(r scanner) (*store.Attempt, error) {
 	a := &store.Attempt{}
 	err := r.Scan(&a.ID, &a.RunID, &a.Tenant, &a.Number, &a.State, &a.Pool, listCol{&a.Labels},
 		durCol{&a.LeaseTTL}, durCol{&a.Timeout}, timeCol{&a.NotBefore}, &a.RunnerID, &a.LeaseDigest,
 		&a.ClaimRequestID, timePtrCol{&a.ClaimedAt}, timePtrCol{&a.LeaseExpiresAt}, timePtrCol{&a.Deadline},
-		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt}, &a.BlockedOn, &a.Repo, &a.ManagedOnly)
+		timePtrCol{&a.HeartbeatAt}, timePtrCol{&a.EndedAt}, jsonCol{&a.Result}, timeCol{&a.CreatedAt}, &a.BlockedOn, &a.Repo, &a.ManagedOnly, &a.Needs)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -260,10 +260,11 @@ func (q *queries) AttemptClaim(ctx context.Context, p *store.AttemptClaimParams)
 			AND NOT EXISTS (SELECT 1 FROM json_each(a.labels) l WHERE l.value NOT IN (SELECT value FROM json_each(?7)))
 			AND (?8 = 0 OR a.managed_only = 0)
 			AND (json_array_length(?9) = 0 OR a.repo IN (SELECT value FROM json_each(?9)))
+			AND (a.needs & ~?10) = 0
 			ORDER BY a.not_before, a.id LIMIT 1)
 		RETURNING `+attemptCols,
 		microsPtr(p.Now), p.RunnerID, p.LeaseDigest, p.ClaimRequestID, p.Tenant, p.Pool, listText(p.RunnerLabels),
-		p.SelfHosted, listText(p.AllowedRepos)))
+		p.SelfHosted, listText(p.AllowedRepos), int64(p.Capabilities)))
 }
 
 // AttemptClaimRun: the claim's UPDATE cannot return another table's row,
@@ -307,11 +308,11 @@ func (q *queries) AttemptCreate(ctx context.Context, a *store.Attempt) error {
 		a.State = store.AttemptQueued
 	}
 	return q.insert(ctx, `INSERT INTO attempts (`+attemptCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at`,
+		?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, `+nowSQL+`), ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{a.ID, a.RunID, a.Tenant, a.Number, a.State, a.Pool, listText(a.Labels), a.LeaseTTL.Microseconds(),
 			a.Timeout.Microseconds(), microsZero(a.NotBefore), a.RunnerID, a.LeaseDigest, a.ClaimRequestID,
 			microsPtr(a.ClaimedAt), microsPtr(a.LeaseExpiresAt), microsPtr(a.Deadline), microsPtr(a.HeartbeatAt),
-			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt), a.BlockedOn, a.Repo, a.ManagedOnly},
+			microsPtr(a.EndedAt), jsonText(a.Result), micros(a.CreatedAt), a.BlockedOn, a.Repo, a.ManagedOnly, int64(a.Needs)},
 		timeCol{&a.CreatedAt})
 }
 
@@ -421,16 +422,7 @@ func (q *queries) LogList(ctx context.Context, p *store.LogListParams) ([]*store
 	if err != nil {
 		return nil, interpretError(err)
 	}
-	defer rows.Close()
-	var out []*store.LogLine
-	for rows.Next() {
-		l := &store.LogLine{}
-		if err := rows.Scan(&l.ID, &l.RunID, &l.AttemptID, &l.Seq, &l.Idx, timeCol{&l.At}, &l.Stream, &l.Text); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, l)
-	}
-	return out, interpretError(rows.Err())
+	return scanLogLines(rows)
 }
 
 // ---- nonces, clock ----
@@ -667,13 +659,13 @@ func (q *queries) RunUpdate(ctx context.Context, r *store.Run) error {
 // ---- runners ----
 
 const runnerCols = `id, tenant, pool, name, labels, public_key, key_fingerprint, status, self_hosted, allowed_repos,
-	version, last_seen_at, created_at`
+	version, last_seen_at, created_at, executor, capabilities`
 
 func scanRunner(r scanner) (*store.Runner, error) {
 	x := &store.Runner{}
 	err := r.Scan(&x.ID, &x.Tenant, &x.Pool, &x.Name, listCol{&x.Labels}, &x.PublicKey, &x.KeyFingerprint,
 		&x.Status, &x.SelfHosted, listCol{&x.AllowedRepos}, &x.Version, timePtrCol{&x.LastSeenAt},
-		timeCol{&x.CreatedAt})
+		timeCol{&x.CreatedAt}, &x.Executor, &x.Capabilities)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -687,10 +679,14 @@ func (q *queries) RunnerCreate(ctx context.Context, r *store.Runner) error {
 	if r.Status == "" {
 		r.Status = store.RunnerActive
 	}
+	if r.Executor == "" {
+		r.Executor = store.ExecutorProcess
+	}
 	return q.insert(ctx, `INSERT INTO runners (`+runnerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-		coalesce(?, `+nowSQL+`)) ON CONFLICT DO NOTHING RETURNING created_at`,
+		coalesce(?, `+nowSQL+`), ?, ?) ON CONFLICT DO NOTHING RETURNING created_at`,
 		[]any{r.ID, r.Tenant, r.Pool, r.Name, listText(r.Labels), r.PublicKey, r.KeyFingerprint, r.Status,
-			r.SelfHosted, listText(r.AllowedRepos), r.Version, microsPtr(r.LastSeenAt), micros(r.CreatedAt)},
+			r.SelfHosted, listText(r.AllowedRepos), r.Version, microsPtr(r.LastSeenAt), micros(r.CreatedAt),
+			r.Executor, int64(r.Capabilities)},
 		timeCol{&r.CreatedAt})
 }
 
@@ -731,8 +727,12 @@ func (q *queries) RunnerTouch(ctx context.Context, runnerID string, now *time.Ti
 
 func (q *queries) RunnerUpdate(ctx context.Context, r *store.Runner) error {
 	q.changed(func() { q.s.CachedReads.Runners.Forget(r.ID) })
-	return q.exec1(ctx, `UPDATE runners SET status = ?, public_key = ?, key_fingerprint = ?, labels = ? WHERE id = ?`,
-		r.Status, r.PublicKey, r.KeyFingerprint, listText(r.Labels), r.ID)
+	if r.Executor == "" {
+		r.Executor = store.ExecutorProcess
+	}
+	return q.exec1(ctx, `UPDATE runners SET status = ?, public_key = ?, key_fingerprint = ?, labels = ?,
+		executor = ?, capabilities = ? WHERE id = ?`,
+		r.Status, r.PublicKey, r.KeyFingerprint, listText(r.Labels), r.Executor, int64(r.Capabilities), r.ID)
 }
 
 // ---- tenants ----
@@ -776,3 +776,18 @@ func (q *queries) WakeClaimers(ctx context.Context) error {
 // WakeWatchers is WakeClaimers: on SQLite both are the in-process
 // broadcast after COMMIT.
 func (q *queries) WakeWatchers(ctx context.Context) error { return q.WakeClaimers(ctx) }
+
+// scanLogLines reads and closes rows of log_lines (id, run_id, attempt_id,
+// seq, idx, at, stream, text).
+func scanLogLines(rows *sql.Rows) ([]*store.LogLine, error) {
+	defer rows.Close()
+	var out []*store.LogLine
+	for rows.Next() {
+		l := &store.LogLine{}
+		if err := rows.Scan(&l.ID, &l.RunID, &l.AttemptID, &l.Seq, &l.Idx, timeCol{&l.At}, &l.Stream, &l.Text); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, l)
+	}
+	return out, interpretError(rows.Err())
+}

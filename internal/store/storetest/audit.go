@@ -36,6 +36,43 @@ func testAuditFilters(t *testing.T, s store.Store) {
 	require.Empty(t, none)
 }
 
+// testAuditNewestFirst pages the log backward: newest first, each page
+// continuing below the last sequence number seen, with the filters still
+// applied.
+func testAuditNewestFirst(t *testing.T, s store.Store) {
+	ctx := bg()
+	var evs []*store.AuditEvent
+	require.NoError(t, s.InTx(ctx, func(tx store.Tx) error {
+		for i, actor := range []string{"alice", "bob", "alice", "carol", "alice"} {
+			e := &store.AuditEvent{Tenant: "t1", At: t0.Add(time.Duration(i) * time.Hour), Actor: actor, Action: "x", Subject: "run_1"}
+			if err := tx.AuditAppend(ctx, e); err != nil {
+				return err
+			}
+			evs = append(evs, e)
+		}
+		return tx.AuditAppend(ctx, &store.AuditEvent{Tenant: "t2", At: t0.Add(9 * time.Hour), Actor: "alice", Action: "x", Subject: "run_1"})
+	}))
+	first, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Desc: true, Limit: 2})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[4], evs[3]}, first)
+	older, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Desc: true, Before: first[1].Seq, Limit: 2})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[2], evs[1]}, older)
+	last, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Desc: true, Before: older[1].Seq, Limit: 2})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[0]}, last)
+
+	byActor, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Actor: "alice", Desc: true, Before: evs[4].Seq, Limit: 10})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[2], evs[0]}, byActor)
+	since, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", Since: t0.Add(2 * time.Hour), Desc: true, Limit: 10})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[4], evs[3], evs[2]}, since)
+	window, err := s.AuditList(ctx, &store.AuditListParams{Tenant: "t1", After: evs[0].Seq, Before: evs[3].Seq, Limit: 10})
+	require.NoError(t, err)
+	requireEqual(t, []*store.AuditEvent{evs[1], evs[2]}, window) // Before bounds a forward page too
+}
+
 func testAuditChain(t *testing.T, s store.Store) {
 	ctx := bg()
 	_, err := s.AuditChainHead(ctx)

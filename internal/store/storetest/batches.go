@@ -183,9 +183,11 @@ func testRunsCreateQueued(t *testing.T, s store.Store) {
 		case 1:
 			a.Labels = []string{"linux", "x86, \"quoted\"", "{braces}"}
 			r.Grants, r.LeaseKeys = json.RawMessage(`{"db":"ro"}`), nil
+			a.Needs = store.CapIsolated
 		case 2: // a fixed clock
 			r.CreatedAt, r.UpdatedAt, a.CreatedAt, a.NotBefore = t0.Add(time.Minute), t0.Add(time.Minute), t0.Add(time.Minute), t0.Add(2*time.Minute)
 			a.Labels, a.ManagedOnly, a.BlockedOn = []string{}, true, "k"
+			a.Needs = store.CapImages | store.CapIsolated
 		}
 		return store.AttemptRun{Attempt: a, Run: r}
 	}

@@ -219,8 +219,11 @@ func testGitHubOpenCheckRuns(t *testing.T, s store.Store) {
 	require.Equal(t, []int64{8, 9}, []int64{ins[0].ID, ins[1].ID})
 
 	open := map[string]bool{}
-	for i, st := range []store.RunState{store.RunQueued, store.RunRunning, store.RunPendingApproval, store.RunSucceeded, store.RunCancelled} {
+	for i, st := range []store.RunState{store.RunQueued, store.RunRunning, store.RunPendingApproval, store.RunSucceeded, store.RunCancelled, store.RunSuperseded} {
 		r := f.run(t, func(r *store.Run) { r.State = st })
+		back, err := s.RunGetByID(ctx, r.ID, false)
+		require.NoError(t, err)
+		require.Equal(t, st, back.State, "every state round-trips")
 		inst := int64(9)
 		if i == 1 {
 			inst = 8 // another installation's run is never listed

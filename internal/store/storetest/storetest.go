@@ -65,7 +65,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Runs", testRuns},
 		{"RunList", testRunList},
 		{"AttemptCreateAndUniqueness", testAttemptCreate},
-		{"ClaimEligibility", testClaimEligibility}, {"ClaimScope", testClaimScope}, {"AttemptForCall", testAttemptForCall}, {"AttemptsForCall", testAttemptsForCall}, {"AttemptClaimRun", testAttemptClaimRun}, {"AttemptClaimRuns", testAttemptClaimRuns}, {"RunCreateQueued", testRunCreateQueued}, {"AttemptRunUpdate", testAttemptRunUpdate}, {"BatchWrites", testBatchWrites}, {"RecordsKept", testRecordsKept}, {"RunsCreateQueued", testRunsCreateQueued}, {"UpdateInTx", testUpdateInTx}, {"PanicInTx", testPanicInTx}, {"ListByRuns", testListByRuns}, {"NonceInsertMany", testNonceInsertMany}, {"InTxNonce", testInTxNonce}, {"ReadCaches", testReadCaches},
+		{"ClaimEligibility", testClaimEligibility}, {"ClaimScope", testClaimScope}, {"ClaimCapabilities", testClaimCapabilities}, {"AttemptForCall", testAttemptForCall}, {"AttemptsForCall", testAttemptsForCall}, {"AttemptClaimRun", testAttemptClaimRun}, {"AttemptClaimRuns", testAttemptClaimRuns}, {"RunCreateQueued", testRunCreateQueued}, {"AttemptRunUpdate", testAttemptRunUpdate}, {"BatchWrites", testBatchWrites}, {"RecordsKept", testRecordsKept}, {"RunsCreateQueued", testRunsCreateQueued}, {"UpdateInTx", testUpdateInTx}, {"PanicInTx", testPanicInTx}, {"ListByRuns", testListByRuns}, {"NonceInsertMany", testNonceInsertMany}, {"InTxNonce", testInTxNonce}, {"ReadCaches", testReadCaches},
 		{"ClaimOrdering", testClaimOrdering},
 		{"ClaimLeaseMath", testClaimLeaseMath},
 		{"Renew", testRenew},
@@ -75,7 +75,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RegTokenUseConcurrent", testRegTokenConcurrent},
 		{"Nonces", testNonces},
 		{"Logs", testLogs},
-		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditChain", testAuditChain}, {"AuditInTx", testAuditInTx}, {"AuditReadsConcurrent", testAuditReadsConcurrent},
+		{"Audit", testAudit}, {"AuditFilters", testAuditFilters}, {"AuditNewestFirst", testAuditNewestFirst}, {"AuditChain", testAuditChain}, {"AuditInTx", testAuditInTx}, {"AuditReadsConcurrent", testAuditReadsConcurrent},
 		{"Now", testNow},
 		{"InTxRollback", testInTxRollback},
 		{"ForUpdate", testForUpdate},
@@ -89,7 +89,8 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LeaseFencing", testLeaseFencing}, {"LeaseSemaphore", testLeaseSemaphore}, {"LeaseGroup", testLeaseGroup}, {"LeaseWaiters", testLeaseWaiters}, {"LeaseBlockWaiters", testLeaseBlockWaiters}, {"LeaseWakeStranded", testLeaseWakeStranded}, {"LeaseReleaseSkipsLockedWaiters", testLeaseReleaseSkipsLockedWaiters}, {"LeaseOnce", testLeaseOnce}, {"LeaseLiveRun", testLeaseLiveRun}, {"LeaseKeyLock", testLeaseKeyLock}, {"LeaseList", testLeaseList}, {"LeaseConcurrent", testLeaseConcurrent},
 		{"Schedules", testSchedules},
 		{"Artifacts", testArtifacts}, {"SourceTickets", testSourceTickets},
-		{"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox}, {"GitHubOpenCheckRuns", testGitHubOpenCheckRuns},
+		{"SystemLease", testSystemLease}, {"Retention", testRetention}, {"LogPrune", testLogPrune}, {"LogArchives", testLogArchives}, {"ArtifactSweep", testArtifactSweep},
+		{"ActionsDispatches", testActionsDispatches}, {"GitHubInstallations", testGitHubInstallations}, {"GitHubDeliveries", testGitHubDeliveries}, {"GitHubCheckOutbox", testGitHubCheckOutbox}, {"GitHubOpenCheckRuns", testGitHubOpenCheckRuns},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -554,7 +555,10 @@ func testRunners(t *testing.T, s store.Store) {
 
 	require.NoError(t, s.RunnerTouch(ctx, r.ID, at(time.Minute)))
 	require.ErrorIs(t, s.RunnerTouch(ctx, "rnr_missing", nil), store.ErrNotFound)
+	require.Equal(t, store.ExecutorProcess, got.Executor, "a runner that names no executor runs the process executor")
+	require.Zero(t, got.Capabilities)
 	r.Status, r.PublicKey, r.KeyFingerprint, r.Labels = store.RunnerDisabled, "pk2", "fp2", []string{"arm"}
+	r.Executor, r.Capabilities = "container", store.CapImages|store.CapIsolated
 	require.NoError(t, s.RunnerUpdate(ctx, r))
 	r.LastSeenAt = at(time.Minute)
 	got, err = s.RunnerGetByID(ctx, r.ID, false)

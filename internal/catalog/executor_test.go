@@ -1,0 +1,54 @@
+package catalog
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const prTrigger = "on:\n  pull_request:\n    types: [opened]\n"
+
+func TestExecutorGitHubActions(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, files("jobs/hello.yaml", minimalJob+prTrigger+"executor: github-actions\nworkflow: jobplane.yml\n"))
+	j, _ := c.Job("hello")
+	require.Equal(t, ExecutorGitHubActions, j.Executor)
+	require.Equal(t, "jobplane.yml", j.Workflow)
+	require.Equal(t, ActionsPool, j.RunsOn.Pool, "no runner can claim it")
+
+	j, _ = mustParse(t, files("jobs/hello.yaml", minimalJob)).Job("hello")
+	require.Equal(t, ExecutorRunner, j.Executor, "the default")
+	require.Empty(t, j.Workflow)
+	j, _ = mustParse(t, files("jobs/hello.yaml", minimalJob+"executor: runner\n")).Job("hello")
+	require.Equal(t, ExecutorRunner, j.Executor)
+}
+
+func TestExecutorErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, yaml string
+		line, col  int
+		field, msg string
+	}{
+		{"unknown executor", "executor: kubernetes\n", 4, 11, "executor", `must be runner or github-actions, got "kubernetes"`},
+		{"no workflow", prTrigger + "executor: github-actions\n", 7, 11, "workflow", "is required with executor github-actions"},
+		{"workflow path", prTrigger + "executor: github-actions\nworkflow: .github/workflows/x.yml\n", 8, 11, "workflow", "must be a workflow file name"},
+		{"workflow not yaml", prTrigger + "executor: github-actions\nworkflow: x.sh\n", 8, 11, "workflow", "must be a workflow file name"},
+		{"workflow without executor", "workflow: jobplane.yml\n", 4, 11, "workflow", "needs executor: github-actions"},
+		{"workflow with runner", "executor: runner\nworkflow: jobplane.yml\n", 5, 11, "workflow", "is only for executor github-actions"},
+		{"no pull request", "executor: github-actions\nworkflow: jobplane.yml\n", 4, 11, "on.pull_request", "is required with executor github-actions"},
+		{"runs_on", prTrigger + "executor: github-actions\nworkflow: jobplane.yml\nruns_on: {pool: gpu}\n", 7, 11, "runs_on", "selects jobplane runners"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, errs := Parse(files("jobs/hello.yaml", minimalJob+tt.yaml))
+			require.Len(t, errs, 1, "%v", errs)
+			e := errs[0]
+			require.Equal(t, "jobs/hello.yaml", e.File)
+			require.Equal(t, tt.field, e.Field)
+			require.Contains(t, e.Message, tt.msg)
+			require.Equal(t, [2]int{tt.line, tt.col}, [2]int{e.Line, e.Column}, "%v", e)
+		})
+	}
+}
