@@ -130,6 +130,14 @@ func TestGitHubActionsRunEndToEnd(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, narrowed, 2, "a token per installation")
 
+		// GitHub takes seconds to start a dispatched workflow; the Check
+		// Run is posted in the meantime. Waiting for it keeps the history
+		// below about the run, not about which goroutine won.
+		eventually(t, 30*time.Second, "both Check Runs posted", func() (bool, string) {
+			a, b := fake.CheckRuns("acme/api"), fake.CheckRuns("globex/svc")
+			return len(a) == 1 && len(b) == 1, fmt.Sprintf("%+v %+v", a, b)
+		})
+
 		// The simulated workflows: GitHub's token endpoint for the job's
 		// OIDC token, and the real binary.
 		workflows := make([]*proc, len(ds))
