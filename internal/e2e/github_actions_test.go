@@ -51,7 +51,7 @@ func TestGitHubActionsRunEndToEnd(t *testing.T) {
 			shas[repo] = sha
 		}
 		// Longer than the lease: the workflow must renew to report.
-		script, _ := json.Marshal(fmt.Sprintf(`echo "hello from $JOBPLANE_GITHUB_REPOSITORY"; sleep 4; echo "$JOBPLANE_RUN_ID $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA" >> %s`,
+		script, _ := json.Marshal(fmt.Sprintf(`echo "hello from $JOBPLANE_GITHUB_REPOSITORY"; echo "run token: $JOBPLANE_RUN_TOKEN"; echo "run token base64: $(printf %%s "$JOBPLANE_RUN_TOKEN" | base64 -w0)"; sleep 4; echo "$JOBPLANE_RUN_ID $JOBPLANE_GITHUB_REPOSITORY $JOBPLANE_GITHUB_SHA" >> %s`,
 			filepath.Join(effects, "ran")))
 		job := fmt.Sprintf("name: build\nrun:\n  command: [sh, -c, %s]\n  timeout: 2m\n  lease_ttl: 2s\nexecutor: github-actions\nworkflow: jobplane.yml\n"+
 			"on:\n  pull_request: {types: [opened, synchronize]}\n", script)
@@ -196,7 +196,13 @@ func TestGitHubActionsRunEndToEnd(t *testing.T) {
 			for _, l := range page.Lines {
 				text = append(text, l.Text)
 			}
-			require.Contains(t, strings.Join(text, "\n"), "hello from "+d.Repo)
+			all := strings.Join(text, "\n")
+			require.Contains(t, all, "hello from "+d.Repo)
+			// The workflow masks what it holds as the worker does: the
+			// run token, plain and encoded.
+			require.Contains(t, all, "run token: ***\n")
+			require.Contains(t, all, "run token base64: ***")
+			require.NotContains(t, all, "eyJ", "no JWT in the log")
 		}
 		ran := readLines(t, filepath.Join(effects, "ran"))
 		require.Len(t, ran, 2, "%v", ran)
