@@ -464,6 +464,9 @@ func TestSlotsClaimInBatches(t *testing.T) {
 	var as []*protocol.Assignment
 	for i := range 3 {
 		a := assignment(b.out, "sh", "-c", `touch "$OUT/started-`+strconv.Itoa(i)+`"; while [ $(ls "$OUT" | grep -c started-) -lt 3 ]; do sleep 0.05; done`)
+		// This test is about claims, not leases: a TTL a starved machine
+		// cannot outlast between two heartbeats.
+		a.Lease.TTLSeconds = 15
 		as = append(as, a)
 		b.srv.enqueue(a)
 	}
