@@ -70,5 +70,6 @@
 //
 // The job's output is read from pods/log with follow, in order. The API
 // merges stdout and stderr into one stream, so every line is reported as
-// stdout.
+// stdout. Wait returns after the stream has ended: once the Job is gone, a
+// stream still open is closed.
 package kube

@@ -99,6 +99,13 @@ const terminationLog = "/dev/termination-log"
 // Executor runs attempts as Kubernetes Jobs.
 type Executor struct {
 	cfg Config
+	// removeWait bounds the deletion of an attempt's objects by Stop and
+	// after a failed start: an API server that stops answering must not
+	// hold the worker's slot.
+	removeWait time.Duration
+	// logWait is how long a job that ended waits for the end of its log
+	// before the Job is deleted.
+	logWait time.Duration
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -123,7 +130,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Executor{cfg: cfg}, nil
+	return &Executor{cfg: cfg, removeWait: 30 * time.Second, logWait: 10 * time.Second}, nil
 }
 
 // Name implements executor.Executor.
@@ -336,7 +343,10 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("create Kubernetes Job %s/%s: %w", e.cfg.Namespace, name, err)}
 	}
 	fail := func(err error) (executor.Job, error) {
-		e.remove(context.Background(), name, 0)
+		// Not ctx: the Job is removed also when the start was cancelled.
+		ctx, cancel := context.WithTimeout(context.Background(), e.removeWait)
+		defer cancel()
+		e.remove(ctx, name, 0)
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
 	secret := &corev1.Secret{
@@ -413,6 +423,10 @@ type job struct {
 	extendCh chan struct{}
 	done     chan struct{}
 	exit     executor.Exit
+
+	// logs is closed when the log stream's goroutine has ended (nil while
+	// none was started); only monitor's goroutine uses it.
+	logs chan struct{}
 }
 
 // Extend implements executor.Job: it moves the Job's activeDeadlineSeconds.
@@ -463,7 +477,7 @@ func (j *job) Stop(grace time.Duration) {
 	if first {
 		close(j.stopCh)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), j.e.removeWait)
 	defer cancel()
 	j.e.remove(ctx, j.name, g)
 }
@@ -475,10 +489,21 @@ func (j *job) Wait() executor.Exit {
 }
 
 // monitor follows the pod until the job ends, streams its log, then removes
-// the Job and its Secret and waits for the Job to be gone.
+// the Job and its Secret and waits for the Job to be gone. Before Wait
+// returns, it ends the log stream and waits for it, as the other executors
+// deliver no output after Wait: the stream ends with the pod, but a log
+// that has not ended by then (a kubelet or API server that stopped
+// answering, a stream still being retried) would report lines afterwards.
 func (j *job) monitor() {
 	defer close(j.done)
-	j.exit = j.follow()
+	logCtx, stopLogs := context.WithCancel(context.Background())
+	defer func() {
+		stopLogs()
+		if j.logs != nil {
+			<-j.logs
+		}
+	}()
+	j.exit = j.follow(logCtx)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	j.e.remove(ctx, j.name, -1)
@@ -499,12 +524,11 @@ func (j *job) monitor() {
 var pullReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true}
 
 // follow watches the Job and its pod until the job has ended, and returns
-// how.
-func (j *job) follow() executor.Exit {
+// how. The log stream it starts runs under logCtx.
+func (j *job) follow(logCtx context.Context) executor.Exit {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
-		logs       chan struct{}
 		unschedAt  time.Time
 		pullAt     time.Time
 		initPullAt time.Time
@@ -512,12 +536,12 @@ func (j *job) follow() executor.Exit {
 		deadlineAt time.Time
 	)
 	waitLogs := func() {
-		if logs == nil {
+		if j.logs == nil {
 			return
 		}
 		select {
-		case <-logs:
-		case <-time.After(10 * time.Second):
+		case <-j.logs:
+		case <-time.After(j.e.logWait):
 		}
 	}
 	c := j.e.cfg.Client
@@ -545,9 +569,9 @@ func (j *job) follow() executor.Exit {
 					cs = &pod.Status.ContainerStatuses[i]
 				}
 			}
-			if cs != nil && logs == nil && (cs.State.Running != nil || cs.State.Terminated != nil) {
-				logs = make(chan struct{})
-				go j.stream(pod.Name, logs)
+			if cs != nil && j.logs == nil && (cs.State.Running != nil || cs.State.Terminated != nil) {
+				j.logs = make(chan struct{})
+				go j.stream(logCtx, pod.Name, j.logs)
 			}
 			if cs != nil && cs.State.Terminated != nil {
 				waitLogs()
@@ -692,16 +716,19 @@ func terminated(t *corev1.ContainerStateTerminated) executor.Exit {
 }
 
 // stream follows the container's log through pods/log and reports each
-// line; it retries while the log cannot be opened yet.
-func (j *job) stream(pod string, done chan struct{}) {
+// line until the log or ctx ends; it retries while the log cannot be
+// opened yet.
+func (j *job) stream(ctx context.Context, pod string, done chan struct{}) {
 	defer close(done)
-	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
-	defer cancel()
 	for range 5 {
 		req := j.e.cfg.Client.CoreV1().Pods(j.e.cfg.Namespace).GetLogs(pod, &corev1.PodLogOptions{Container: containerName, Follow: true})
 		rc, err := req.Stream(ctx)
 		if err != nil {
-			time.Sleep(time.Second)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		executor.ReadPieces(rc, j.spec.Emitter("stdout"))
