@@ -99,6 +99,12 @@ func refuse(err *protocol.Error, format string, args ...any) error {
 type Verifier struct {
 	cfg Config
 
+	// fetching is the one slot for a key-set fetch. A verification that
+	// needs the keys fetched waits for the slot, or for its context, rather
+	// than holding mu through the issuer's answer: a token whose kid is
+	// known never waits for another's fetch.
+	fetching chan struct{}
+
 	mu        sync.Mutex
 	keys      map[string]*rsa.PublicKey
 	fetchedAt time.Time
@@ -123,7 +129,7 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Verifier{cfg: cfg}, nil
+	return &Verifier{cfg: cfg, fetching: make(chan struct{}, 1)}, nil
 }
 
 // Issuer is the issuer the verifier accepts.
@@ -341,23 +347,45 @@ func clip(s string) string {
 // key returns the published key kid names, fetching the key set when it
 // has not been fetched or (at most once a refetchInterval) does not hold kid.
 func (v *Verifier) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if k, ok := v.keys[kid]; ok {
-		return k, nil
+	if k, done, err := v.cached(kid); done {
+		return k, err
 	}
-	if v.fetched && v.cfg.Clock.Now().Sub(v.fetchedAt) < refetchInterval {
-		return nil, refuse(protocol.ErrOIDCTokenInvalid, "kid %q not among the issuer's keys", clip(kid))
+	select {
+	case v.fetching <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a fetch of the key set: %v", ErrKeysUnavailable, ctx.Err())
+	}
+	defer func() { <-v.fetching }()
+	// The fetch this one waited for may have brought kid, or be too recent
+	// to repeat.
+	if k, done, err := v.cached(kid); done {
+		return k, err
 	}
 	keys, err := v.fetch(ctx)
 	if err != nil {
 		return nil, err
 	}
+	v.mu.Lock()
 	v.keys, v.fetched, v.fetchedAt = keys, true, v.cfg.Clock.Now()
-	if k, ok := v.keys[kid]; ok {
+	v.mu.Unlock()
+	if k, ok := keys[kid]; ok {
 		return k, nil
 	}
 	return nil, refuse(protocol.ErrOIDCTokenInvalid, "kid %q not among the issuer's keys", clip(kid))
+}
+
+// cached answers from the key set last fetched: done when it holds kid, or
+// when it was fetched too recently to be fetched again for an unknown kid.
+func (v *Verifier) cached(kid string) (k *rsa.PublicKey, done bool, err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if k, ok := v.keys[kid]; ok {
+		return k, true, nil
+	}
+	if v.fetched && v.cfg.Clock.Now().Sub(v.fetchedAt) < refetchInterval {
+		return nil, true, refuse(protocol.ErrOIDCTokenInvalid, "kid %q not among the issuer's keys", clip(kid))
+	}
+	return nil, false, nil
 }
 
 // ErrKeysUnavailable wraps a failure to read the issuer's keys.

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,6 +195,73 @@ func TestVerifyUnknownKidRefetchesAtMostOnceAMinute(t *testing.T) {
 	_, err = e.v.Verify(context.Background(), forged)
 	refusal(t, err, protocol.ErrOIDCTokenInvalid, "kid")
 	require.Equal(t, 4, *e.fetch)
+}
+
+// TestVerifyKnownKidDoesNotWaitForAFetch: while the refetch an unknown kid
+// caused hangs on the issuer, a token whose key is known verifies at once,
+// and a verification waiting for the fetch gives up when its context ends.
+func TestVerifyKnownKidDoesNotWaitForAFetch(t *testing.T) {
+	e := newEnv(t)
+	var hang atomic.Bool
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if hang.Load() {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	v, err := actionsoidc.New(actionsoidc.Config{Issuer: e.fake.OIDCIssuer(), HTTP: hc, Clock: e.clk})
+	require.NoError(t, err)
+	good := e.fake.OIDCToken(e.run, actionsoidc.DefaultAudience)
+	_, err = v.Verify(context.Background(), good)
+	require.NoError(t, err)
+
+	e.clk.Advance(time.Minute)
+	hang.Store(true)
+	forged := fakegithub.SignJWT(e.fake.OIDCKey(), jose.RS256, "rotated", e.fake.OIDCClaims(e.run, actionsoidc.DefaultAudience))
+	fetched := make(chan error, 1)
+	go func() {
+		_, err := v.Verify(context.Background(), forged)
+		fetched <- err
+	}()
+	<-entered
+
+	known := make(chan error, 1)
+	go func() {
+		_, err := v.Verify(context.Background(), good)
+		known <- err
+	}()
+	select {
+	case err := <-known:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a token of a known kid waited for another token's key fetch")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := v.Verify(ctx, forged)
+		waiting <- err
+	}()
+	select {
+	case err := <-waiting:
+		require.ErrorIs(t, err, actionsoidc.ErrKeysUnavailable)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a verification waiting for the key fetch did not honour its context")
+	}
+
+	unblock()
+	refusal(t, <-fetched, protocol.ErrOIDCTokenInvalid, "kid")
 }
 
 // TestVerifyKeysFromTheIssuersOriginOnly: a discovery document that points

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/protocol"
 	"github.com/jobplane/jobplane/internal/runnerwatch"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -82,14 +83,20 @@ func (s *Service) RefreshRunnerWaits(ctx context.Context) (int, error) {
 // changed (githubapp: a Check Run whose summary stays the same is not
 // written again).
 func (s *Service) restateWaits(ctx context.Context, k runnerwatch.Pool) (int, error) {
-	if bound, err := s.gate(ctx, k.Tenant); err != nil || !bound {
+	bound, err := s.gate(ctx, k.Tenant)
+	if err != nil && !protocol.IsRefusal(err) {
+		// The installation could not be read: the caller marks the pool
+		// again, so that its Check Runs are re-stated at the next pass.
+		return 0, err
+	}
+	if err != nil || !bound {
 		// A tenant of no installation has no Check Runs; a suspended or
 		// deleted installation's updates are held or dropped anyway.
 		return 0, nil
 	}
 	s.runnerLists.Invalidate()
 	n := 0
-	err := s.store.InTx(ctx, func(tx store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		n = 0
 		runs, err := tx.RunList(ctx, &store.RunListParams{Tenant: k.Tenant, State: string(store.RunQueued), Limit: runnerWaitRefreshLimit})
 		if err != nil {

@@ -430,7 +430,9 @@ func newScratchPG(t *testing.T) *scratchPG {
 	sfx := randHex(6)
 	p := &scratchPG{db: "jp_e2e_" + sfx, readRole: "wr_" + sfx, writeRole: "ww_" + sfx,
 		super: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// CREATE and DROP DATABASE write and sync a whole database: on a
+	// loaded two-core machine that has taken longer than 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 	conn, err := pgx.Connect(pctx, p.super)
@@ -516,7 +518,7 @@ func (p *scratchPG) count(t *testing.T) int {
 // of the read or write role are a failure (the broker should have dropped
 // them); they are dropped too, so nothing is left in the cluster.
 func (p *scratchPG) drop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, p.super)
 	if err != nil {

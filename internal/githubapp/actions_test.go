@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -493,5 +495,63 @@ func TestPullRequestForAnUngrantedRepositoryIsRefused(t *testing.T) {
 		require.Len(t, refused, 2)
 		require.Contains(t, refused[0], "does not grant globex/svc")
 		require.Contains(t, refused[1], "does not grant acme/app")
+	})
+}
+
+// heldApp is a replica's dispatcher: it counts its calls and, when held,
+// waits to be released inside the first one.
+type heldApp struct {
+	actions.App
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldApp) DispatchWorkflow(ctx context.Context, installation int64, repo, workflow string, inputs map[string]string) (actions.Target, error) {
+	if h.calls.Add(1) == 1 && h.release != nil {
+		close(h.entered)
+		<-h.release
+	}
+	return h.App.DispatchWorkflow(ctx, installation, repo, workflow, inputs)
+}
+
+// TestActionsDispatchOnceAcrossReplicas: while one replica's pass is
+// asking GitHub to run a dispatch's workflow, another replica's pass does
+// not send it too: GitHub runs the workflow once.
+func TestActionsDispatchOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, st store.Store) {
+		e := newActionsEnv(t, st, "1")
+		replica := func(app *heldApp) *actions.Service {
+			v, err := actionsoidc.New(actionsoidc.Config{Issuer: e.fake.OIDCIssuer(), Clock: e.clock})
+			require.NoError(t, err)
+			mode, err := actions.New(actions.Config{Store: st, Clock: e.clock, Verifier: v, App: app, Access: e.gh})
+			require.NoError(t, err)
+			mode.Attach(e.svc)
+			return mode
+		}
+		held := &heldApp{App: actions.Dispatcher{App: e.app}, entered: make(chan struct{}), release: make(chan struct{})}
+		other := &heldApp{App: actions.Dispatcher{App: e.app}}
+		a, b := replica(held), replica(other)
+		unblock := sync.OnceFunc(func() { close(held.release) })
+		t.Cleanup(unblock)
+		e.deliver(e.pr(1, "acme/app", "opened", nil))
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Dispatch(context.Background())
+			done <- err
+		}()
+		<-held.entered
+		_, err := b.Dispatch(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, other.calls.Load(), "the other replica left the dispatch being sent alone")
+		unblock()
+		require.NoError(t, <-done)
+		require.Len(t, e.fake.Dispatches(), 1)
+
+		_, err = b.Dispatch(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, other.calls.Load(), "a sent dispatch is not sent again")
 	})
 }

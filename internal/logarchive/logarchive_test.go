@@ -265,3 +265,29 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteLinesGoneBeforeTheAlternativeKey: when the key holds other bytes
+// and the lines are gone by the time they are read again for the
+// alternative key, nothing is archived (and nothing panics).
+func TestWriteLinesGoneBeforeTheAlternativeKey(t *testing.T) {
+	ctx := context.Background()
+	fs := fsStore(t)
+	st, err := fs.Stage(ctx, Key("tnt_1", "run_1", "att_1"), strings.NewReader("other bytes"), 100)
+	require.NoError(t, err)
+	require.NoError(t, st.Publish(ctx))
+	reads := 0
+	ls := lines(30, 1, 1)
+	src := func(ctx context.Context, after int64, n int) ([]*store.LogLine, error) {
+		if after == 0 {
+			reads++
+		}
+		if reads > 1 {
+			return nil, nil // deleted since the first read
+		}
+		return source(ls)(ctx, after, n)
+	}
+	a, err := Write(ctx, fs, "tnt_1", "run_1", "att_1", src)
+	require.NoError(t, err)
+	require.Nil(t, a)
+	require.Equal(t, 2, reads)
+}

@@ -59,7 +59,8 @@ func Write(ctx context.Context, objs artifact.Storage, tenant, runID, attemptID 
 		return a.row(tenant, runID, attemptID), nil
 	}
 	a, err = write(ctx, objs, altKey(tenant, runID, attemptID, a.sum), src)
-	if err != nil {
+	if a == nil || err != nil {
+		// nil: the lines went while the key was compared (nothing to move).
 		return nil, err
 	}
 	if a.exists {

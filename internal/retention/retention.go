@@ -293,28 +293,28 @@ func (s *Sweeper) pruneLogs(ctx context.Context, w *writer, rep *Report) error {
 				return nil // the rest in the next sweep
 			}
 			rounds++
-			err := w.inTx(ctx, func(tx store.Tx) error {
-				n, err := tx.LogPrune(ctx, r.RunID, s.cfg.LogBatch)
-				if err != nil {
+			// The store may run the function more than once: what it
+			// counts is kept only once the transaction committed.
+			var n int
+			err := w.inTx(ctx, func(tx store.Tx) (err error) {
+				n, err = tx.LogPrune(ctx, r.RunID, s.cfg.LogBatch)
+				if err != nil || n == s.cfg.LogBatch {
 					return err
 				}
-				lines += n
-				if n == s.cfg.LogBatch {
-					return nil
-				}
-				done = true
 				if err := tx.RetentionMarkPruned(ctx, r.RunID, store.RetainLogs, s.cfg.Clock.NowOrNil()); err != nil {
 					return err
 				}
-				if lines == 0 {
+				if lines+n == 0 {
 					return nil // nothing went: nothing to audit
 				}
 				return audit.Recorder{Clock: s.cfg.Clock}.Append(ctx, tx, r.Tenant, Actor, "run.logs_pruned", r.RunID,
-					logsPrunedDetails{Job: r.Job, Lines: lines, DueAt: *r.LogsDueAt})
+					logsPrunedDetails{Job: r.Job, Lines: lines + n, DueAt: *r.LogsDueAt})
 			})
 			if err != nil {
 				return fmt.Errorf("delete logs of %s: %w", r.RunID, err)
 			}
+			lines += n
+			done = n < s.cfg.LogBatch
 		}
 		s.cfg.Metrics.Swept("log_line", lines)
 		s.cfg.Metrics.Swept("run_logs", 1)
@@ -368,7 +368,6 @@ func (s *Sweeper) pruneArtifacts(ctx context.Context, w *writer, rep *Report) er
 					return err
 				}
 				if len(marked) < s.cfg.Batch {
-					done = true
 					if err := tx.RetentionMarkPruned(ctx, r.RunID, store.RetainArtifacts, s.cfg.Clock.NowOrNil()); err != nil {
 						return err
 					}
@@ -385,6 +384,7 @@ func (s *Sweeper) pruneArtifacts(ctx context.Context, w *writer, rep *Report) er
 			if err != nil {
 				return fmt.Errorf("delete artifacts of %s: %w", r.RunID, err)
 			}
+			done = len(marked) < s.cfg.Batch
 			for _, a := range marked {
 				if err := s.dropArtifact(ctx, w, a); err != nil {
 					return err

@@ -410,3 +410,52 @@ func TestConcurrentSweepsDeleteOnce(t *testing.T) {
 		}
 	})
 }
+
+// replaying runs each transaction's function twice, the first time in a
+// transaction it rolls back, as a store does when it retries a transaction
+// after a serialization failure or a deadlock.
+type replaying struct{ store.Store }
+
+var errReplay = errors.New("rolled back to be run again")
+
+func (s replaying) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	err := s.Store.InTx(ctx, func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return errReplay
+	})
+	if !errors.Is(err, errReplay) {
+		return err
+	}
+	return s.Store.InTx(ctx, fn)
+}
+
+// TestSweepCountsRetriedTransactionsOnce: a transaction the store runs
+// again counts what it deleted once, in the report, the metrics and the
+// audit event.
+func TestSweepCountsRetriedTransactionsOnce(t *testing.T) {
+	w := newWorld(t, testdb.SQLite(t), fsStore(t))
+	end := t0.Add(time.Hour)
+	r, _ := w.run(&end, `{"name":"report","retention":{"logs":"24h0m0s","artifacts":"48h0m0s"}}`, 23, "a.txt", "b.txt", "c.txt")
+	w.s = replaying{w.s}
+	obs := &counter{}
+	sw := w.sweeper("a", obs)
+	_, err := sw.Sweep(sys())
+	require.NoError(t, err)
+
+	w.clk.Set(end.Add(day))
+	rep, err := sw.Sweep(sys())
+	require.NoError(t, err)
+	require.Equal(t, Report{LogRuns: 1, LogLines: 23}, rep)
+	require.Equal(t, 23, obs.get("log_line"))
+	evs := w.events("run.logs_pruned")
+	require.Len(t, evs, 1)
+	require.JSONEq(t, `{"job":"report","lines":23,"due_at":"`+end.Add(day).Format(time.RFC3339)+`"}`, string(evs[0].Details))
+
+	w.clk.Set(end.Add(2 * day))
+	rep, err = sw.Sweep(sys())
+	require.NoError(t, err)
+	require.Equal(t, Report{ArtifactRuns: 1, Artifacts: 3}, rep)
+	require.Empty(t, w.artifacts(r.ID))
+}

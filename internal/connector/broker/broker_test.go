@@ -286,6 +286,9 @@ func withDatabase(dsn, db string) string {
 	return u.String()
 }
 
+// scratchTimeout bounds the scratch database's setup and its cleanup.
+const scratchTimeout = 2 * time.Minute
+
 // newScratch creates a database with a table, a read role (SELECT) and a
 // write role (SELECT, INSERT), all dropped at cleanup with any login role
 // a test left behind.
@@ -297,7 +300,9 @@ func newScratch(t *testing.T) *scratch {
 	sfx := hex.EncodeToString(b[:])
 	s := &scratch{readRole: "warehouse_read_" + sfx, writeRole: "warehouse_write_" + sfx}
 	db := "jp_conn_" + sfx
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// CREATE and DROP DATABASE write and sync a whole database: on a
+	// loaded two-core machine that has taken longer than 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), scratchTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, super)
 	require.NoError(t, err)
@@ -311,7 +316,7 @@ func newScratch(t *testing.T) *scratch {
 		require.NoError(t, err, q)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), scratchTimeout)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, super)
 		if err != nil {

@@ -252,7 +252,7 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 			data["params"] = b
 			env = append(env, corev1.EnvVar{Name: supervise.EnvParams, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: "params"}}})
-			paramsFile = e.Layout(spec.Layout).ParamsFile
+			paramsFile = layout.ParamsFile
 		}
 	}
 	resources := corev1.ResourceRequirements{}
@@ -684,8 +684,6 @@ func terminated(t *corev1.ContainerStateTerminated) executor.Exit {
 	switch {
 	case t.Reason == "OOMKilled":
 		return executor.Exit{Code: code, Reason: executor.ReasonOOMKilled, Summary: "out of memory (OOMKilled)"}
-	case code > 128 && code < 160 && t.Signal == 0:
-		return executor.Exit{Code: code, Summary: fmt.Sprintf("exit status %d", code)}
 	case t.Signal != 0:
 		return executor.Exit{Code: 128 + int(t.Signal), Summary: fmt.Sprintf("killed by signal %d", t.Signal)}
 	default:

@@ -89,8 +89,14 @@ func (s *Service) recordDispatch(ctx context.Context, snap *store.Attempt) error
 	}))
 }
 
-// sendDispatch asks GitHub to run the workflow for a pending dispatch. The
-// call is made outside any transaction; its outcome is recorded after.
+// claimWindow is how long a pass sending a dispatch keeps the other passes
+// from sending it too: longer than the GitHub calls of one dispatch take.
+// A dispatch whose pass died in between is sent again after it.
+const claimWindow = 2 * time.Minute
+
+// sendDispatch claims a pending dispatch and asks GitHub to run its
+// workflow. The call is made outside any transaction; its outcome is
+// recorded after.
 func (s *Service) sendDispatch(ctx context.Context, d *store.ActionsDispatch) error {
 	a, err := s.store.AttemptGetByID(ctx, d.AttemptID, false)
 	if err != nil {
@@ -99,16 +105,48 @@ func (s *Service) sendDispatch(ctx context.Context, d *store.ActionsDispatch) er
 	if a.State != store.AttemptQueued {
 		return s.finishDispatch(ctx, d, "attempt "+string(a.State)+" before it was dispatched")
 	}
-	var withdrawn string
+	var (
+		withdrawn string
+		claimed   *store.ActionsDispatch
+	)
 	if err := s.store.InTx(ctx, func(tx store.Tx) (err error) {
-		withdrawn, err = s.withdrawn(ctx, tx, d.Tenant, d.Repo)
-		return err
+		withdrawn, claimed = "", nil
+		// Every replica runs passes: the attempt's row lock orders those
+		// that would send this dispatch, and the later one finds it
+		// claimed, so that GitHub runs the workflow once.
+		if _, err := tx.AttemptGetByID(ctx, d.AttemptID, true); err != nil {
+			return err
+		}
+		cur, err := tx.ActionsDispatchGet(ctx, d.AttemptID)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		if cur.State != store.DispatchPending || cur.NextAttemptAt.After(now) {
+			return nil // sent, ended or claimed by another pass
+		}
+		if withdrawn, err = s.withdrawn(ctx, tx, d.Tenant, d.Repo); err != nil || withdrawn != "" {
+			return err
+		}
+		cur.NextAttemptAt = now.Add(claimWindow)
+		if err := tx.ActionsDispatchUpdate(ctx, cur); err != nil {
+			return err
+		}
+		claimed = cur
+		return nil
 	}); err != nil {
 		return store.Refusal(err)
 	}
 	if withdrawn != "" {
 		return s.failDispatch(ctx, d, store.AttemptCancelled, withdrawn)
 	}
+	if claimed == nil {
+		return nil
+	}
+	d = claimed
 	// Always the default branch: the workflow that runs is the one the
 	// repository's maintainers merged, never a pull request's copy.
 	target, err := s.app.DispatchWorkflow(ctx, d.InstallationID, d.Repo, d.Workflow, map[string]string{
