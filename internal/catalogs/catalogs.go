@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/clock"
@@ -85,15 +84,6 @@ func (s *Service) catalogSource() (Source, error) {
 
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
 	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
-}
-
-// nowValue is the fake time in tests and the zero time (store picks database
-// time) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
 }
 
 // short is a commit's abbreviation in messages.
@@ -185,7 +175,7 @@ func (s *Service) activate(ctx context.Context, tenant string, o ChannelObservat
 	a := o.Active
 	return s.store.InTx(ctx, func(tx store.Tx) error {
 		c := &store.Catalog{Tenant: tenant, Channel: o.Channel, Branch: o.Branch, Commit: a.Commit, Status: store.CatalogActive,
-			Author: a.Author, CommittedAt: a.At, LoadedAt: s.nowValue()}
+			Author: a.Author, CommittedAt: a.At, LoadedAt: clock.NowOrZero(s.clock)}
 		cur, err := tx.CatalogGet(ctx, tenant, o.Channel, o.Branch, a.Commit)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -217,7 +207,7 @@ func (s *Service) reject(ctx context.Context, tenant string, o ChannelObservatio
 	}
 	return s.store.InTx(ctx, func(tx store.Tx) error {
 		c := &store.Catalog{Tenant: tenant, Channel: o.Channel, Branch: o.Branch, Commit: r.Commit, Status: store.CatalogRejected,
-			Errors: errsJSON, Author: r.Author, CommittedAt: r.At, LoadedAt: s.nowValue()}
+			Errors: errsJSON, Author: r.Author, CommittedAt: r.At, LoadedAt: clock.NowOrZero(s.clock)}
 		if err := tx.CatalogInsert(ctx, c); errors.Is(err, store.ErrAlreadyExists) {
 			return nil
 		} else if err != nil {

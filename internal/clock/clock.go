@@ -19,6 +19,16 @@ type Clock interface {
 	NowOrNil() *time.Time
 }
 
+// NowOrZero is c's NowOrNil as a value, for a row's time field: the fake
+// time in tests and the zero time in production, which the store replaces
+// with the database's.
+func NowOrZero(c Clock) time.Time {
+	if n := c.NowOrNil(); n != nil {
+		return *n
+	}
+	return time.Time{}
+}
+
 // Real is the wall clock.
 type Real struct{}
 

@@ -206,15 +206,6 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
 }
 
-// nowValue is the fake time in tests and the zero time (store picks database
-// time) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // Leases is the lease service the run service applies the lease rules

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/store"
 )
@@ -50,12 +51,13 @@ const (
 // OpenCheck records a run's Check Run and queues its first state
 // (queued), in the caller's transaction.
 func (s *Service) OpenCheck(ctx context.Context, tx store.Tx, c Check, title, summary string) error {
+	now := clock.NowOrZero(s.clock)
 	if err := tx.GitHubCheckRunCreate(ctx, &store.GitHubCheckRun{RunID: c.RunID, Tenant: c.Tenant, InstallationID: c.Installation,
-		Repo: c.Repo, HeadSHA: c.HeadSHA, Name: c.Name, CreatedAt: s.nowValue()}); err != nil {
+		Repo: c.Repo, HeadSHA: c.HeadSHA, Name: c.Name, CreatedAt: now}); err != nil {
 		return fmt.Errorf("record check run: %w", err)
 	}
 	return tx.GitHubCheckUpdateAppend(ctx, &store.GitHubCheckUpdate{RunID: c.RunID, Tenant: c.Tenant, Status: github.CheckQueued,
-		Title: title, Summary: summary, At: s.nowValue(), NextAttemptAt: s.nowValue(), CreatedAt: s.nowValue()})
+		Title: title, Summary: summary, At: now, NextAttemptAt: now, CreatedAt: now})
 }
 
 // RecordCheck queues the Check Run state a run's state implies, in
@@ -84,8 +86,9 @@ func (s *Service) RecordCheck(ctx context.Context, tx store.Tx, run *store.Run, 
 			}
 		}
 	}
+	now := clock.NowOrZero(s.clock)
 	return tx.GitHubCheckUpdateAppend(ctx, &store.GitHubCheckUpdate{RunID: run.ID, Tenant: cr.Tenant, Status: status,
-		Conclusion: conclusion, Title: title, Summary: summary, At: s.nowValue(), NextAttemptAt: s.nowValue(), CreatedAt: s.nowValue()})
+		Conclusion: conclusion, Title: title, Summary: summary, At: now, NextAttemptAt: now, CreatedAt: now})
 }
 
 // CheckState maps a run state to a Check Run status and conclusion.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/failpoint"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/protocol"
@@ -65,7 +66,7 @@ func (s *Service) HandleDelivery(ctx context.Context, d Delivery) (Outcome, erro
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		outcome = Processed
 		err := tx.GitHubDeliveryRecord(ctx, &store.GitHubDelivery{ID: d.ID, Event: d.Event, Action: action,
-			InstallationID: installation, ProcessedAt: s.nowValue()})
+			InstallationID: installation, ProcessedAt: clock.NowOrZero(s.clock)})
 		if errors.Is(err, store.ErrAlreadyExists) {
 			outcome = Duplicate
 			return nil
@@ -151,7 +152,7 @@ func (s *Service) applyInstallationEvent(ctx context.Context, tx store.Tx, d Del
 	if sel := firstNonEmpty(ev.RepositorySelection, ev.Installation.RepositorySelection); sel != "" {
 		in.RepositorySelection = sel
 	}
-	in.UpdatedAt = s.nowValue()
+	in.UpdatedAt = clock.NowOrZero(s.clock)
 	if err := tx.GitHubInstallationPut(ctx, in); err != nil {
 		return fmt.Errorf("bind installation: %w", err)
 	}
@@ -185,7 +186,7 @@ func (s *Service) applyInstallationEvent(ctx context.Context, tx store.Tx, d Del
 	}
 	for _, r := range added {
 		if err := tx.GitHubRepoPut(ctx, &store.GitHubRepo{InstallationID: in.ID, RepoID: r.ID, FullName: r.FullName,
-			Private: r.Private, AddedAt: s.nowValue()}); err != nil {
+			Private: r.Private, AddedAt: clock.NowOrZero(s.clock)}); err != nil {
 			return fmt.Errorf("add repository %s: %w", r.FullName, err)
 		}
 	}

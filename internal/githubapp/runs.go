@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobplane/jobplane/internal/clock"
 	"github.com/jobplane/jobplane/internal/control"
 	"github.com/jobplane/jobplane/internal/github"
 	"github.com/jobplane/jobplane/internal/principal"
@@ -300,7 +301,7 @@ func (s *Service) handlePullRequest(ctx context.Context, d Delivery) (Outcome, e
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		outcome = Processed
 		err := tx.GitHubDeliveryRecord(ctx, &store.GitHubDelivery{ID: d.ID, Event: d.Event, Action: ev.Action,
-			InstallationID: in.ID, ProcessedAt: s.nowValue()})
+			InstallationID: in.ID, ProcessedAt: clock.NowOrZero(s.clock)})
 		if errors.Is(err, store.ErrAlreadyExists) {
 			outcome = Duplicate
 			return nil
@@ -415,7 +416,7 @@ func (s *Service) bindInstallation(ctx context.Context, ev *github.PullRequestEv
 		}
 		owner := ev.Repository.FullName[:bytes.IndexByte([]byte(ev.Repository.FullName), '/')]
 		in = &store.GitHubInstallation{ID: ev.Installation.ID, Tenant: tn.ID, Status: store.GitHubInstallationActive,
-			Account: owner, RepositorySelection: "selected", UpdatedAt: s.nowValue()}
+			Account: owner, RepositorySelection: "selected", UpdatedAt: clock.NowOrZero(s.clock)}
 		if err := tx.GitHubInstallationPut(ctx, in); err != nil {
 			return err
 		}

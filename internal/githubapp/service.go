@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/jobplane/jobplane/internal/admin"
 	"github.com/jobplane/jobplane/internal/audit"
@@ -115,13 +114,4 @@ func (s *Service) Attach(runs Runs) { s.runs = runs }
 
 func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action, subject string, details any) error {
 	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
-}
-
-// nowValue is the fake time in tests and the zero time (store picks database
-// time) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
 }

@@ -144,20 +144,7 @@ func Start(t testing.TB) *Cluster {
 		dumpLogs(t, dir)
 		t.Fatalf("kubetest: API server not ready: %v", err)
 	}
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	write(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: kubetest
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: admin
-  user: {token: %q}
-contexts:
-- name: kubetest
-  context: {cluster: kubetest, user: admin}
-current-context: kubetest
-`, c.URL, c.tokens["admin"]))
+	kubeconfig := c.Kubeconfig(t, "admin")
 	start(t, dir, "controller", filepath.Join(bin, binaries["controller"]),
 		"--kubeconfig", kubeconfig, "--leader-elect=false", "--secure-port=0",
 		// The Deployment and ReplicaSet controllers run the shipped worker's

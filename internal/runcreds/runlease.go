@@ -2,7 +2,6 @@ package runcreds
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jobplane/jobplane/internal/principal"
@@ -20,32 +19,21 @@ import (
 // 401, since the supervisor must tell "stop now" from "cannot confirm".
 func (s *Service) RunLease(ctx context.Context, token, attemptID string) (*protocol.RunLease, error) {
 	if s.keys == nil {
-		return nil, fmt.Errorf("run tokens are not configured: %w", protocol.ErrUnauthorized)
+		return nil, errNoRunTokens // before the attempt parameter: no request can succeed
 	}
 	if attemptID == "" {
 		return nil, fmt.Errorf("the attempt parameter is required: %w", protocol.ErrBadRequest)
 	}
-	claims, err := s.keys.verifier.Verify(token)
+	claims, err := s.verify(token)
 	if err != nil {
-		return nil, fmt.Errorf("run token: %s: %w", tokenProblem(err), protocol.ErrUnauthorized)
+		return nil, err
 	}
 	if claims.AttemptID != attemptID {
 		return nil, fmt.Errorf("the run token is not of the attempt asked about: %w", protocol.ErrForbidden)
 	}
-	ctx = store.WithTenant(ctx, claims.Tenant)
-	a, err := s.store.AttemptGetByID(ctx, claims.AttemptID, false)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("run token names an unknown attempt: %w", protocol.ErrUnauthorized)
-	}
+	a, now, err := s.tokenAttempt(store.WithTenant(ctx, claims.Tenant), claims)
 	if err != nil {
-		return nil, store.Refusal(err)
-	}
-	if a.RunID != claims.RunID || a.Tenant != claims.Tenant {
-		return nil, fmt.Errorf("run token does not match its attempt: %w", protocol.ErrUnauthorized)
-	}
-	now, err := s.store.Now(ctx, s.clock.NowOrNil())
-	if err != nil {
-		return nil, store.Refusal(err)
+		return nil, err
 	}
 	if a.State != store.AttemptLeased || a.LeaseExpiresAt == nil || !now.Before(*a.LeaseExpiresAt) {
 		return nil, fmt.Errorf("attempt %s is %s: %w", a.ID, a.State, protocol.ErrAttemptEnded)
@@ -61,12 +49,9 @@ func (s *Service) RunLease(ctx context.Context, token, attemptID string) (*proto
 // (POST /v1/run/source and /v1/run/artifacts): like RunLease, they answer
 // an ended attempt with 410 attempt_ended rather than 401.
 func (s *Service) JobCall(token string) (*principal.JobCall, error) {
-	if s.keys == nil {
-		return nil, fmt.Errorf("run tokens are not configured: %w", protocol.ErrUnauthorized)
-	}
-	claims, err := s.keys.verifier.Verify(token)
+	claims, err := s.verify(token)
 	if err != nil {
-		return nil, fmt.Errorf("run token: %s: %w", tokenProblem(err), protocol.ErrUnauthorized)
+		return nil, err
 	}
 	return &principal.JobCall{Tenant: claims.Tenant, Run: claims.RunID, Attempt: claims.AttemptID}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/jobplane/jobplane/internal/audit"
 	"github.com/jobplane/jobplane/internal/clock"
@@ -93,28 +94,15 @@ type RunCaller struct {
 // VerifyRunToken checks a run token and that its attempt is still live: a
 // token outlives nothing it was minted for, whatever its exp says.
 func (s *Service) VerifyRunToken(ctx context.Context, token string) (*RunCaller, error) {
-	if s.keys == nil {
-		return nil, fmt.Errorf("run tokens are not configured: %w", protocol.ErrUnauthorized)
-	}
-	claims, err := s.keys.verifier.Verify(token)
+	claims, err := s.verify(token)
 	if err != nil {
-		return nil, fmt.Errorf("run token: %s: %w", tokenProblem(err), protocol.ErrUnauthorized)
+		return nil, err
 	}
 	// The verified token tells the tenant.
 	ctx = store.WithTenant(ctx, claims.Tenant)
-	a, err := s.store.AttemptGetByID(ctx, claims.AttemptID, false)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("run token names an unknown attempt: %w", protocol.ErrUnauthorized)
-	}
+	a, now, err := s.tokenAttempt(ctx, claims)
 	if err != nil {
-		return nil, store.Refusal(err)
-	}
-	now, err := s.store.Now(ctx, s.clock.NowOrNil())
-	if err != nil {
-		return nil, store.Refusal(err)
-	}
-	if a.RunID != claims.RunID || a.Tenant != claims.Tenant {
-		return nil, fmt.Errorf("run token does not match its attempt: %w", protocol.ErrUnauthorized)
+		return nil, err
 	}
 	if a.State != store.AttemptLeased || a.LeaseExpiresAt == nil || !now.Before(*a.LeaseExpiresAt) {
 		return nil, fmt.Errorf("the attempt of this run token has ended: %w", protocol.ErrUnauthorized)
@@ -124,6 +112,42 @@ func (s *Service) VerifyRunToken(ctx context.Context, token string) (*RunCaller,
 		return nil, store.Refusal(err)
 	}
 	return &RunCaller{Claims: claims, Run: r, Attempt: a}, nil
+}
+
+var errNoRunTokens = fmt.Errorf("run tokens are not configured: %w", protocol.ErrUnauthorized)
+
+// verify checks a run token's signature and validity, for every endpoint
+// a job calls with one.
+func (s *Service) verify(token string) (*creds.Claims, error) {
+	if s.keys == nil {
+		return nil, errNoRunTokens
+	}
+	claims, err := s.keys.verifier.Verify(token)
+	if err != nil {
+		return nil, fmt.Errorf("run token: %s: %w", tokenProblem(err), protocol.ErrUnauthorized)
+	}
+	return claims, nil
+}
+
+// tokenAttempt reads the attempt that verified claims name, with ctx in
+// their tenant, and the store's time to judge its lease by; the callers
+// answer an attempt that no longer holds its lease each their own way.
+func (s *Service) tokenAttempt(ctx context.Context, claims *creds.Claims) (*store.Attempt, time.Time, error) {
+	a, err := s.store.AttemptGetByID(ctx, claims.AttemptID, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, time.Time{}, fmt.Errorf("run token names an unknown attempt: %w", protocol.ErrUnauthorized)
+	}
+	if err != nil {
+		return nil, time.Time{}, store.Refusal(err)
+	}
+	if a.RunID != claims.RunID || a.Tenant != claims.Tenant {
+		return nil, time.Time{}, fmt.Errorf("run token does not match its attempt: %w", protocol.ErrUnauthorized)
+	}
+	now, err := s.store.Now(ctx, s.clock.NowOrNil())
+	if err != nil {
+		return nil, time.Time{}, store.Refusal(err)
+	}
+	return a, now, nil
 }
 
 // tokenProblem names why a token was refused without echoing it.

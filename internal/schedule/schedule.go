@@ -78,15 +78,6 @@ func New(cfg Config) *Service {
 	return &Service{store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, runs: cfg.Runs, defs: cfg.Definitions, tenants: cfg.Tenants}
 }
 
-// nowValue is the fake time in tests and the zero time (the store picks
-// the database's) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
-}
-
 // scheduledChannels resolves every fixed channel (pattern channels have no
 // single branch to schedule from) and returns, per channel, its catalog's
 // schedules that name that channel. Channels that cannot be resolved are
@@ -192,7 +183,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat Catalog, 
 			return false, fmt.Errorf("cron %q never fires after %s", js.Cron, now.Format(time.RFC3339))
 		}
 		err := s.store.ScheduleInsert(ctx, &store.Schedule{Tenant: tenant, Channel: js.Channel, Job: js.Job, Cron: js.Cron, TZ: js.TZ,
-			Commit: cat.Commit(), NextFireAt: next, UpdatedAt: s.nowValue()})
+			Commit: cat.Commit(), NextFireAt: next, UpdatedAt: clock.NowOrZero(s.clock)})
 		if errors.Is(err, store.ErrAlreadyExists) {
 			return false, nil // another replica saw it first
 		}
@@ -204,7 +195,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat Catalog, 
 	if st.Cron != js.Cron || st.TZ != js.TZ {
 		// A changed expression or zone starts afresh, like a first sight.
 		adv := *st
-		adv.Cron, adv.TZ, adv.Commit, adv.NextFireAt, adv.UpdatedAt = js.Cron, js.TZ, cat.Commit(), c.next(now), s.nowValue()
+		adv.Cron, adv.TZ, adv.Commit, adv.NextFireAt, adv.UpdatedAt = js.Cron, js.TZ, cat.Commit(), c.next(now), clock.NowOrZero(s.clock)
 		if adv.NextFireAt.IsZero() {
 			return false, fmt.Errorf("cron %q never fires after %s", js.Cron, now.Format(time.RFC3339))
 		}
@@ -225,7 +216,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat Catalog, 
 	}
 	fire := js.CatchUp != CatchUpNone || now.Sub(window) <= scheduleGrace
 	adv := *st
-	adv.Commit, adv.NextFireAt, adv.UpdatedAt = cat.Commit(), next, s.nowValue()
+	adv.Commit, adv.NextFireAt, adv.UpdatedAt = cat.Commit(), next, clock.NowOrZero(s.clock)
 	if fire {
 		adv.LastWindow = &window
 	}
@@ -248,7 +239,7 @@ func (s *Service) fireSchedule(ctx context.Context, tenant string, cat Catalog, 
 		// Give the window back so that the next pass retries it; the
 		// idempotency key makes a retry after an unknown commit harmless.
 		back := adv
-		back.NextFireAt, back.LastWindow, back.UpdatedAt = window, st.LastWindow, s.nowValue()
+		back.NextFireAt, back.LastWindow, back.UpdatedAt = window, st.LastWindow, clock.NowOrZero(s.clock)
 		if berr := s.store.ScheduleAdvance(ctx, &back, next); berr != nil && !errors.Is(berr, store.ErrNotFound) {
 			err = errors.Join(err, fmt.Errorf("give back window: %w", berr))
 		}

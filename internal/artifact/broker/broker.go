@@ -100,15 +100,6 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
 }
 
-// nowValue is the fake time in tests and the zero time (the store picks
-// the database's) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
-}
-
 // declared reads the artifacts the run's pinned spec declares, with the
 // default size limit where the job sets none.
 func declared(r *store.Run) ([]protocol.ArtifactSpec, error) {
@@ -206,7 +197,7 @@ func (s *Service) requestUpload(ctx context.Context, check attemptCheck, req *pr
 			ID: id.New("art_", now), Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID, Name: req.Name, Role: decl.Role,
 			MaxBytes: decl.MaxBytes, ExpectedSize: req.Size, ExpectedSHA256: want,
 			CapabilityDigest: protocol.SHA256Hex([]byte(capability)), LeaseDigest: a.LeaseDigest,
-			StorageKey: key, State: store.ArtifactPending, ExpiresAt: expires, CreatedAt: s.nowValue(),
+			StorageKey: key, State: store.ArtifactPending, ExpiresAt: expires, CreatedAt: clock.NowOrZero(s.clock),
 		}
 		if err := tx.ArtifactCreate(ctx, art); err != nil {
 			return err

@@ -98,15 +98,6 @@ func (s *Service) audit(ctx context.Context, tx store.Tx, tenant, actor, action,
 	return audit.Recorder{Clock: s.clock}.Append(ctx, tx, tenant, actor, action, subject, details)
 }
 
-// nowValue is the fake time in tests and the zero time (the store picks
-// the database's) in production.
-func (s *Service) nowValue() time.Time {
-	if n := s.clock.NowOrNil(); n != nil {
-		return *n
-	}
-	return time.Time{}
-}
-
 // pinned is the source of a run's pinned spec: the repository and the
 // commit the run service pinned at request time.
 type pinned struct {
@@ -173,7 +164,7 @@ func (s *Service) attemptSource(ctx context.Context, check attemptCheck) (*proto
 			expires = *a.Deadline
 		}
 		t := &store.SourceTicket{Digest: protocol.SHA256Hex([]byte(ticket)), Tenant: r.Tenant, RunID: r.ID, AttemptID: a.ID,
-			LeaseDigest: a.LeaseDigest, Repo: src.Repo, Commit: src.Commit, ExpiresAt: expires, CreatedAt: s.nowValue()}
+			LeaseDigest: a.LeaseDigest, Repo: src.Repo, Commit: src.Commit, ExpiresAt: expires, CreatedAt: clock.NowOrZero(s.clock)}
 		if err := tx.SourceTicketCreate(ctx, t); err != nil {
 			return err
 		}

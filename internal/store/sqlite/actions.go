@@ -66,23 +66,10 @@ func (q *queries) ActionsDispatchListDue(ctx context.Context, now *time.Time, n 
 }
 
 func (q *queries) ActionsAttemptsUndispatched(ctx context.Context, now *time.Time, n int) ([]*store.Attempt, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts
+	return q.attempts(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE state = 'queued' AND pool = ? AND blocked_on = '' AND not_before <= coalesce(?, `+nowSQL+`)
 		AND NOT EXISTS (SELECT 1 FROM actions_dispatches d WHERE d.attempt_id = attempts.id)
 		ORDER BY created_at, id LIMIT ?`, store.ActionsPool, microsPtr(now), limit(n))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []*store.Attempt
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, interpretError(rows.Err())
 }
 
 // ActionsDispatchCreate records a dispatch behind the write gate.

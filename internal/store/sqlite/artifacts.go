@@ -49,21 +49,8 @@ func (q *queries) ArtifactGetByID(ctx context.Context, id string) (*store.Artifa
 }
 
 func (q *queries) ArtifactListByRun(ctx context.Context, runID string) ([]*store.Artifact, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+artifactCols+` FROM artifacts
+	return q.artifacts(ctx, `SELECT `+artifactCols+` FROM artifacts
 		WHERE run_id = ? AND state = 'stored' ORDER BY attempt_id, name`, runID)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []*store.Artifact
-	for rows.Next() {
-		a, err := scanArtifact(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, interpretError(rows.Err())
 }
 
 func (q *queries) ArtifactMarkStored(ctx context.Context, a *store.Artifact) error {
