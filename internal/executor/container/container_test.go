@@ -33,7 +33,8 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	eng := containertest.Start(t)
 	h := &harness{eng: eng, runner: "r-" + strings.ToLower(id.Secret(8)), supervisor: containertest.Supervisor(t)}
-	h.image = containertest.BusyboxImage(t, "localhost/jobplane-test-busybox:"+strings.ToLower(id.Secret(6)))
+	// A tag may not begin with '-' or '_', which a secret may.
+	h.image = containertest.BusyboxImage(t, "localhost/jobplane-test-busybox:t"+strings.ToLower(id.Secret(6)))
 	h.x = h.executor(t)
 	t.Cleanup(func() {
 		require.Empty(t, eng.Containers(t, LabelRunner, h.runner), "no container is left behind")
