@@ -311,6 +311,9 @@ func TestActionsExchangeRefusals(t *testing.T) {
 			{"workflow of another file", claims(func(c map[string]any) {
 				c["workflow_ref"] = "acme/app/.github/workflows/evil.yml@refs/heads/main"
 			}), attA, protocol.ErrOIDCWorkflowMismatch},
+			{"workflow file named in another case", claims(func(c map[string]any) {
+				c["workflow_ref"] = "acme/app/.github/workflows/Jobplane.yml@refs/heads/main"
+			}), attA, protocol.ErrOIDCWorkflowMismatch},
 			{"workflow at another ref", claims(func(c map[string]any) {
 				c["workflow_ref"] = "acme/app/.github/workflows/jobplane.yml@refs/heads/pr-branch"
 				c["ref"] = "refs/heads/pr-branch"
@@ -324,8 +327,11 @@ func TestActionsExchangeRefusals(t *testing.T) {
 			_, err := e.exchange(tc.token, tc.attempt)
 			require.ErrorIs(t, err, tc.want, tc.name)
 		}
-		// None of that leased anything; the right token does, once.
-		good := e.fake.OIDCToken(runA, actionsoidc.DefaultAudience)
+		// None of that leased anything; the right token does, once. GitHub
+		// may spell the repository in another case than the dispatch did.
+		good := claims(func(c map[string]any) {
+			c["workflow_ref"] = "ACME/App/.github/workflows/jobplane.yml@refs/heads/main"
+		})
 		resp, err := e.exchange(good, attA)
 		require.NoError(t, err)
 		_, err = e.exchange(good, attA)

@@ -140,8 +140,11 @@ func exchangeMatches(d *store.ActionsDispatch, c *actionsoidc.Claims) error {
 	if c.EventName != "workflow_dispatch" {
 		return fmt.Errorf("event_name is %q: %w", clip(c.EventName), protocol.ErrOIDCEventMismatch)
 	}
+	// GitHub's owner and repository names ignore case; a file's path and a
+	// ref do not, so .github/workflows/Jobplane.yml is another workflow.
 	want := d.Repo + "/.github/workflows/" + d.Workflow + "@" + d.Ref
-	if !strings.EqualFold(c.WorkflowRef, want) || c.Ref != d.Ref {
+	repo, file, ok := strings.Cut(c.WorkflowRef, "/.github/workflows/")
+	if !ok || !strings.EqualFold(repo, d.Repo) || file != d.Workflow+"@"+d.Ref || c.Ref != d.Ref {
 		return fmt.Errorf("workflow_ref %q is not %q: %w", clip(c.WorkflowRef), want, protocol.ErrOIDCWorkflowMismatch)
 	}
 	switch d.State {
