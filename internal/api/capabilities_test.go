@@ -24,7 +24,9 @@ func capabilityDefinitions() map[string]string {
 	files := maps.Clone(testDefinitions)
 	files["jobs/boxed.yaml"] = "name: boxed\ndescription: In an image\nrun:\n  command: [\"true\"]\n  image: busybox:1.36\n"
 	files["jobs/guarded.yaml"] = "name: guarded\ndescription: Isolated\nisolation: required\nrun:\n  command: [\"true\"]\n"
-	files["policies/main.yaml"] = strings.Replace(files["policies/main.yaml"], "jobs: [echo, flaky, gpu]", "jobs: [echo, flaky, gpu, boxed, guarded]", 1)
+	// Limits without an image: only a container or a pod enforces them.
+	files["jobs/limited.yaml"] = "name: limited\ndescription: Limited\nrun:\n  command: [\"true\"]\n  resources: {memory: 64Mi}\n  network: none\n"
+	files["policies/main.yaml"] = strings.Replace(files["policies/main.yaml"], "jobs: [echo, flaky, gpu]", "jobs: [echo, flaky, gpu, boxed, guarded, limited]", 1)
 	return files
 }
 
@@ -56,11 +58,14 @@ func TestClaimMatchesExecutorCapabilities(t *testing.T) {
 		old := e.runnerWith("", nil)
 		boxed := e.request("boxed", "")
 		guarded := e.request("guarded", "")
+		limited := e.request("limited", "")
 		asg, err := old.Claim(e.ctx(), 0, "")
 		require.NoError(t, err)
 		require.Nil(t, asg, "a process runner without isolation was handed a run it cannot run")
 		require.Equal(t, "runner: none of the 1 online runners is eligible (needs pool default, a runner that can run images (run.image))",
 			e.run(boxed.ID).WaitingFor)
+		require.Equal(t, "runner: none of the 1 online runners is eligible (needs pool default, a runner that can run images (run.resources, run.network: none))",
+			e.run(limited.ID).WaitingFor)
 		require.Equal(t, "runner: none of the 1 online runners is eligible (needs pool default, an isolated runner (isolation: required))",
 			e.run(guarded.ID).WaitingFor)
 
@@ -87,6 +92,12 @@ func TestClaimMatchesExecutorCapabilities(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, asg)
 		require.Equal(t, boxed.ID, asg.RunID)
+		asg, err = container.Claim(e.ctx(), 0, "")
+		require.NoError(t, err)
+		require.NotNil(t, asg)
+		require.Equal(t, limited.ID, asg.RunID)
+		require.Equal(t, &protocol.AssignedResources{MemoryBytes: 64 << 20}, asg.Job.Resources)
+		require.Equal(t, "none", asg.Job.Network)
 
 		list, err := e.admin.ListRunners(e.ctx())
 		require.NoError(t, err)

@@ -21,6 +21,8 @@ func TestExecutorGitHubActions(t *testing.T) {
 	require.Empty(t, j.Workflow)
 	j, _ = mustParse(t, files("jobs/hello.yaml", minimalJob+"executor: runner\n")).Job("hello")
 	require.Equal(t, ExecutorRunner, j.Executor)
+	// The default network and a workdir say nothing a workflow cannot do.
+	mustParse(t, files("jobs/hello.yaml", minimalJob+"  network: default\n  workdir: sub\n"+prTrigger+"executor: github-actions\nworkflow: jobplane.yml\n"))
 }
 
 func TestExecutorErrors(t *testing.T) {
@@ -38,6 +40,9 @@ func TestExecutorErrors(t *testing.T) {
 		{"workflow with runner", "executor: runner\nworkflow: jobplane.yml\n", 5, 11, "workflow", "is only for executor github-actions"},
 		{"no pull request", "executor: github-actions\nworkflow: jobplane.yml\n", 4, 11, "on.pull_request", "is required with executor github-actions"},
 		{"runs_on", prTrigger + "executor: github-actions\nworkflow: jobplane.yml\nruns_on: {pool: gpu}\n", 7, 11, "runs_on", "selects jobplane runners"},
+		{"image in a workflow", "  image: busybox:1.36\n" + prTrigger + "executor: github-actions\nworkflow: jobplane.yml\n", 4, 10, "run.image", "is not enforced in a GitHub Actions workflow"},
+		{"limits in a workflow", "  resources: {memory: 64Mi}\n" + prTrigger + "executor: github-actions\nworkflow: jobplane.yml\n", 4, 15, "run.resources", "is not enforced in a GitHub Actions workflow"},
+		{"no network in a workflow", "  network: none\n" + prTrigger + "executor: github-actions\nworkflow: jobplane.yml\n", 4, 12, "run.network", "is not enforced in a GitHub Actions workflow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

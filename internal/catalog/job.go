@@ -289,6 +289,18 @@ func (j *Job) checkExecutor(d *yamlpos.Decoder, body ast.Node, present map[strin
 	if j.On == nil || j.On.PullRequest == nil {
 		d.Add(executorNode, "on.pull_request", "is required with executor %s: the workflow is dispatched in the pull request's repository", ExecutorGitHubActions)
 	}
+	// The workflow's own runner runs the command: its image, limits and
+	// network are the workflow's (runs-on, container:), which jobplane
+	// cannot see, let alone enforce.
+	for _, f := range []struct {
+		key string
+		set bool
+	}{{"image", j.Run.Image != ""}, {"resources", j.Run.Resources != nil}, {"network", j.Run.Network == NetworkNone}} {
+		if f.set {
+			d.Add(d.Lookup(body, []string{"run", f.key}), "run."+f.key,
+				"is not enforced in a GitHub Actions workflow; with executor %s set it in the workflow (runs-on, container:)", ExecutorGitHubActions)
+		}
+	}
 }
 
 func (j *Job) parseRun(d *yamlpos.Decoder, n ast.Node, field string) {

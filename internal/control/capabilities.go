@@ -23,7 +23,7 @@ func attemptNeeds(r *store.Run, spec Spec) store.Capabilities {
 
 func needsFor(spec Spec, isolation string) store.Capabilities {
 	var n store.Capabilities
-	if spec.Image != "" {
+	if imagesReason(spec) != "" {
 		n |= store.CapImages
 	}
 	if isolation != "" {
@@ -81,12 +81,32 @@ func isolationReason(r *store.Run, spec Spec) string {
 	return ""
 }
 
+// imagesReason says why a run of spec needs a runner that runs images
+// ("" when it need not): its image, or limits that only a container or a
+// pod enforces. A process runner would run the job with them dropped.
+func imagesReason(spec Spec) string {
+	var why []string
+	if spec.Image != "" {
+		why = append(why, "run.image")
+	}
+	if spec.Resources != nil && (spec.Resources.CPUMillis != 0 || spec.Resources.MemoryBytes != 0) {
+		why = append(why, "run.resources")
+	}
+	if spec.Network == "none" {
+		why = append(why, "run.network: none")
+	}
+	return strings.Join(why, ", ")
+}
+
 // needsText names what an attempt needs of its runner's executor, for
-// waiting_for; reason is isolationReason's.
-func needsText(n store.Capabilities, reason string) []string {
+// waiting_for; images is imagesReason's, reason isolationReason's.
+func needsText(n store.Capabilities, images, reason string) []string {
 	var out []string
 	if n.Has(store.CapImages) {
-		out = append(out, "a runner that can run images (run.image)")
+		if images == "" {
+			images = "run.image"
+		}
+		out = append(out, "a runner that can run images ("+images+")")
 	}
 	if n.Has(store.CapIsolated) {
 		if reason == "" {

@@ -23,6 +23,9 @@ func TestAttemptNeeds(t *testing.T) {
 	}{
 		{"plain", Spec{}, `{}`, 0, ""},
 		{"image", Spec{Image: "busybox:1.36"}, `{}`, store.CapImages, ""},
+		{"limits without an image", Spec{Resources: &SpecResources{MemoryBytes: 1 << 20}}, `{}`, store.CapImages, ""},
+		{"no network without an image", Spec{Network: "none"}, `{}`, store.CapImages, ""},
+		{"the default network", Spec{Network: "default", Resources: &SpecResources{}}, `{}`, 0, ""},
 		{"safe mode", Spec{SafeMode: true}, `{}`, store.CapIsolated, "safe mode: pull request from a fork"},
 		{"required", Spec{Isolation: "required", Image: "busybox"}, `{}`, store.CapImages | store.CapIsolated, "isolation: required"},
 		{"write granted", Spec{Connectors: conns}, `{"db":"write","s3":"write"}`, store.CapIsolated, "connector db granted write"},
@@ -52,4 +55,16 @@ func TestIsolateWriteGrants(t *testing.T) {
 	require.Equal(t, store.CapIsolated, on.newAttempt(r, spec, 1, testEpoch, testEpoch).Needs)
 	spec.SafeMode = true
 	require.Equal(t, store.CapIsolated, off.newAttempt(r, spec, 1, testEpoch, testEpoch).Needs)
+}
+
+// TestNeedsText: waiting_for names why a run needs a runner that runs
+// images, so a job with limits and no image does not read as one with an
+// image.
+func TestNeedsText(t *testing.T) {
+	require.Equal(t, []string{"a runner that can run images (run.image)"},
+		needsText(store.CapImages, imagesReason(Spec{Image: "busybox"}), ""))
+	require.Equal(t, []string{"a runner that can run images (run.image, run.resources)", "an isolated runner (isolation: required)"},
+		needsText(store.CapImages|store.CapIsolated, imagesReason(Spec{Image: "busybox", Resources: &SpecResources{CPUMillis: 500}}), "isolation: required"))
+	require.Equal(t, []string{"a runner that can run images (run.network: none)"},
+		needsText(store.CapImages, imagesReason(Spec{Network: "none"}), ""))
 }

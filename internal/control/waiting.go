@@ -42,13 +42,13 @@ func (s *Service) attemptWait(ctx context.Context, q store.Queries, r *store.Run
 	if err != nil {
 		return "" // an explanation is best effort; the run itself is fine
 	}
-	isolation := ""
-	if a.Needs.Has(store.CapIsolated) {
+	images, isolation := "", ""
+	if a.Needs != 0 {
 		if spec, err := s.specs.get(r); err == nil {
-			isolation = s.isolationReason(r, spec)
+			images, isolation = imagesReason(spec), s.isolationReason(r, spec)
 		}
 	}
-	return runnerwatch.Wait(a, runners, now, needsText(a.Needs, isolation))
+	return runnerwatch.Wait(a, runners, now, needsText(a.Needs, images, isolation))
 }
 
 // checked is the run as its Check Run (Tenants.RunChanged) shows it: a

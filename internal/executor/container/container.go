@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -213,7 +212,7 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 		return nil, startErr(executor.ReasonStartFailed, "the job names no run.image and the worker has no --container-image")
 	}
 	in := e.Layout(spec.Layout)
-	workdir, err := containerWorkdir(in.Workspace, spec.Workdir)
+	workdir, err := executor.Workdir(in.Workspace, spec.Workdir)
 	if err != nil {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
@@ -311,20 +310,6 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 	}
 	j.bound.Follow()
 	return j, nil
-}
-
-// containerWorkdir resolves the job's working directory in the container:
-// the workspace, a relative path within it, or an absolute path of the image.
-func containerWorkdir(workspace, wd string) (string, error) {
-	switch {
-	case wd == "":
-		return workspace, nil
-	case path.IsAbs(wd):
-		return path.Clean(wd), nil
-	case filepath.IsLocal(wd):
-		return path.Join(workspace, wd), nil
-	}
-	return "", fmt.Errorf("workdir %q leaves the workspace", wd)
 }
 
 // ensureImage makes image present as the pull policy says and returns its

@@ -282,3 +282,20 @@ func TestNoOutputAfterWait(t *testing.T) {
 	default:
 	}
 }
+
+// A relative workdir that climbs out of the workspace is refused before
+// anything is created, as the container executor refuses it.
+func TestStartRefusesAWorkdirOutsideTheWorkspace(t *testing.T) {
+	f := newFakeAPI(t) // any request fails the test
+	x, err := New(Config{Client: f.client(), Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec("att-workdir", func(string) {})
+	spec.Workdir = "../../etc"
+	j, err := x.Start(context.Background(), spec)
+	var se *executor.StartError
+	if j != nil || !errors.As(err, &se) || se.Reason != executor.ReasonStartFailed || !strings.Contains(err.Error(), `workdir "../../etc" leaves the workspace`) {
+		t.Fatalf("Start = %v, %v; want start_failed for the workdir", j, err)
+	}
+}

@@ -227,13 +227,9 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 			Err: errors.New("the job names no run.image and the worker has no --kube-image")}
 	}
 	layout := e.Layout(spec.Layout)
-	workdir := layout.Workspace
-	switch {
-	case spec.Workdir == "":
-	case strings.HasPrefix(spec.Workdir, "/"):
-		workdir = spec.Workdir
-	default:
-		workdir = layout.Workspace + "/" + spec.Workdir
+	workdir, err := executor.Workdir(layout.Workspace, spec.Workdir)
+	if err != nil {
+		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
 	name := ObjectName(spec.Runner, spec.Attempt)
 	labels, annotations := e.meta(spec)

@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -88,6 +89,12 @@ func (e *Executor) Start(_ context.Context, spec *executor.Spec) (executor.Job, 
 	}
 	if spec.Image != "" {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("the process executor cannot run image %s", spec.Image)}
+	}
+	// The server hands such a job only to a runner that runs images; a job
+	// that came here anyway must not run with its limits silently dropped.
+	if spec.Resources != (executor.Resources{}) || spec.Network == executor.NetworkNone {
+		return nil, &executor.StartError{Reason: executor.ReasonStartFailed,
+			Err: errors.New("the process executor cannot enforce run.resources or run.network: none; a container or kubernetes runner can")}
 	}
 	dir, err := workdir(spec.Layout.Workspace, spec.Workdir)
 	if err != nil {

@@ -74,6 +74,9 @@ func TestStartRefusals(t *testing.T) {
 	for name, mod := range map[string]func(*executor.Spec){
 		"no command":       func(s *executor.Spec) { s.Command = nil },
 		"image":            func(s *executor.Spec) { s.Image = "busybox" },
+		"memory limit":     func(s *executor.Spec) { s.Resources.MemoryBytes = 64 << 20 },
+		"cpu limit":        func(s *executor.Spec) { s.Resources.MilliCPU = 500 },
+		"no network":       func(s *executor.Spec) { s.Network = executor.NetworkNone },
 		"absolute workdir": func(s *executor.Spec) { s.Workdir = "/etc" },
 		"escaping workdir": func(s *executor.Spec) { s.Workdir = "../x" },
 		"missing command":  func(s *executor.Spec) { s.Command = []string{"/nonexistent/cmd"} },
