@@ -100,8 +100,12 @@ func sigterm(t *testing.T, s *server) (time.Duration, error) {
 func shutdownJobs(dir string) []job {
 	// 6 s of work on a 4 s lease: the worker's trust window is 3 s, so a
 	// stop that held renewals back for longer costs the lease.
+	return shutdownJobsLeased(dir, "4s")
+}
+
+func shutdownJobsLeased(dir, ttl string) []job {
 	script := fmt.Sprintf(`echo $$ >> %s/pids; i=1; while [ $i -le 12 ]; do echo "line $i"; i=$((i+1)); sleep 0.5; done`, dir)
-	return []job{{name: "short-lease", script: script, leaseTTL: "4s", maxAttempts: 3}, {name: "noop", script: "true"}}
+	return []job{{name: "short-lease", script: script, leaseTTL: ttl, maxAttempts: 3}, {name: "noop", script: "true"}}
 }
 
 // TestServerSIGTERMIsGraceful: SIGTERM to a server with one worker idle in
@@ -113,7 +117,10 @@ func shutdownJobs(dir string) []job {
 func TestServerSIGTERMIsGraceful(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b backend) {
-		e := newEnv(t, shutdownJobs)
+		// The lease must outlast the stop (bounded below) and the restart,
+		// which on a loaded machine with PostgreSQL has taken 2.5 s: an 8 s
+		// lease leaves the worker a trust window of about 6 s.
+		e := newEnv(t, func(dir string) []job { return shutdownJobsLeased(dir, "8s") })
 		s := startServer(t, b.dsn(t), e)
 		startWorker(t, s, "worker-busy", t.TempDir(), s.registrationToken())
 		run := s.createRun("short-lease")
