@@ -87,17 +87,19 @@ func TestClaimMatchesExecutorCapabilities(t *testing.T) {
 		require.NotNil(t, asg)
 		require.Equal(t, echo.ID, asg.RunID)
 
+		// Both were requested at the same instant: either may come first.
 		container := e.runnerWith("container", &protocol.Capabilities{Images: true, Isolated: true})
-		asg, err = container.Claim(e.ctx(), 0, "")
-		require.NoError(t, err)
-		require.NotNil(t, asg)
-		require.Equal(t, boxed.ID, asg.RunID)
-		asg, err = container.Claim(e.ctx(), 0, "")
-		require.NoError(t, err)
-		require.NotNil(t, asg)
-		require.Equal(t, limited.ID, asg.RunID)
-		require.Equal(t, &protocol.AssignedResources{MemoryBytes: 64 << 20}, asg.Job.Resources)
-		require.Equal(t, "none", asg.Job.Network)
+		claimed := map[string]*protocol.Assignment{}
+		for range 2 {
+			asg, err = container.Claim(e.ctx(), 0, "")
+			require.NoError(t, err)
+			require.NotNil(t, asg)
+			claimed[asg.RunID] = asg
+		}
+		require.Contains(t, claimed, boxed.ID)
+		require.Contains(t, claimed, limited.ID)
+		require.Equal(t, &protocol.AssignedResources{MemoryBytes: 64 << 20}, claimed[limited.ID].Job.Resources)
+		require.Equal(t, "none", claimed[limited.ID].Job.Network)
 
 		list, err := e.admin.ListRunners(e.ctx())
 		require.NoError(t, err)
