@@ -4,9 +4,9 @@
 //
 // A Job rather than a bare Pod: the Job controller enforces
 // activeDeadlineSeconds from the control plane, so the bound on the pod's
-// life holds when the worker is gone; the Job owns the pod and the
-// attempt's Secret, so deleting the Job with foreground propagation removes
-// all three, and the garbage collector removes what a crashed worker left.
+// life holds when the worker is gone; the Job owns the pod, the
+// attempt's Secret and NetworkPolicy, so deleting the Job with foreground
+// propagation removes them all, and the garbage collector removes what a crashed worker left.
 //
 // # What is created
 //
@@ -19,8 +19,16 @@
 //     credentials among it), and with the supervisor its parameters file,
 //     owned by the Job; the container reads every variable through
 //     secretKeyRef, so no value appears in the Job, the pod or an event;
-//   - then it resumes the Job, so the pod starts only once its Secret
-//     exists.
+//   - for an attempt of run.network: none, a NetworkPolicy jobplane-HASH-deny
+//     owned by the Job, selecting the attempt's pod alone (by its labels)
+//     with policyTypes Ingress and Egress and no rule: no traffic in or
+//     out, where the cluster's network plugin enforces NetworkPolicy. A
+//     policy that cannot be created fails the start;
+//   - then it resumes the Job, so the pod starts only once its Secret (and
+//     NetworkPolicy) exists.
+//
+// The NetworkPolicy is deleted only once the Job, hence its pod, is gone:
+// a pod in its grace period keeps it.
 //
 // The pod mounts no service-account token (automountServiceAccountToken:
 // false) and has no service links. The runner's key stays in the worker's
@@ -47,6 +55,10 @@
 // package supervise). The Job's deadline then only backs the supervisor
 // up, 5 s after Spec.Until: before it, it would race each renewal of a
 // short lease.
+// A job of run.network: none is the exception: its pod cannot reach the
+// server, so its supervisor only writes the parameters file, the Job's
+// deadline bounds it as without a supervisor, and a source or artifacts
+// are refused at start.
 //
 // # Source and artifacts
 //

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +43,9 @@ const (
 	// AnnotationAttemptNumber carries the attempt's number; the other
 	// annotations carry the full IDs and names the labels may abbreviate.
 	AnnotationAttemptNumber = "jobplane.dev/attempt-number"
+	// AnnotationNetwork on a Job says "none" when the attempt has a
+	// NetworkPolicy to remove with it.
+	AnnotationNetwork = "jobplane.dev/network"
 )
 
 // containerName is the job's container in the pod; supervisorContainer is
@@ -152,8 +157,9 @@ func (*Executor) Layout(executor.Layout) executor.Layout {
 	}
 }
 
-// ObjectName is the name of the Job (and, with "-env", the Secret) of
-// runner's attempt: a hash, since IDs need not be DNS labels.
+// ObjectName is the name of the Job (and, with "-env", the Secret; with
+// "-deny", the NetworkPolicy) of runner's attempt: a hash, since IDs need
+// not be DNS labels.
 func ObjectName(runner, attempt string) string {
 	h := sha256.Sum256([]byte(runner + "\x00" + attempt))
 	return "jobplane-" + hex.EncodeToString(h[:])[:20]
@@ -191,9 +197,10 @@ func (e *Executor) meta(spec *executor.Spec) (labels, annotations map[string]str
 const backstopLag = 5 * time.Second
 
 // deadline is the activeDeadlineSeconds of a Job started at from whose
-// attempt's trust window ends at until.
-func (e *Executor) deadline(from, until time.Time) int64 {
-	if e.cfg.SupervisorImage != "" {
+// attempt's trust window ends at until; polls says the pod's supervisor
+// follows the lease through the server.
+func deadline(from, until time.Time, polls bool) int64 {
+	if polls {
 		return max(int64(math.Ceil(until.Sub(from).Seconds()+backstopLag.Seconds())), 1)
 	}
 	return deadlineSeconds(from, until)
@@ -218,6 +225,15 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed,
 			Err: errors.New("the job has a source or artifacts, which the kubernetes executor carries only with its supervisor (--kube-supervisor-image)")}
 	}
+	// run.network: none denies the pod the jobplane server too: the
+	// supervisor can neither carry files nor learn the lease there, so the
+	// Job's deadline, moved by Extend, is the lease's bound.
+	deny := spec.Network == executor.NetworkNone
+	if (spec.Source != nil || len(spec.Artifacts) > 0) && deny {
+		return nil, &executor.StartError{Reason: executor.ReasonStartFailed,
+			Err: errors.New("the job has a source or artifacts, which the kubernetes executor's supervisor fetches and uploads through the jobplane server, and run.network: none denies its pod all network")}
+	}
+	polls := e.cfg.SupervisorImage != "" && !deny
 	image := spec.Image
 	if image == "" {
 		image = e.cfg.Image
@@ -273,19 +289,24 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 	zero, one := int32(0), int32(1)
 	grace := int64(terminationGrace)
 	now := e.cfg.Clock.Now()
-	ads := e.deadline(now, spec.Until)
+	ads := deadline(now, spec.Until, polls)
 	command := spec.Command
 	volumes := []corev1.Volume{{Name: "jobplane", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	mounts := []corev1.VolumeMount{{Name: "jobplane", MountPath: layout.Root}}
 	var initContainers []corev1.Container
 	if e.cfg.SupervisorImage != "" {
 		// The supervisor's first bound is the worker's; it asks the server
-		// before the job starts and follows the lease from then on.
+		// before the job starts and follows the lease from then on. Without
+		// the network, it only writes the parameters file: a fixed bound
+		// would not follow the renewals, the Job's deadline does.
 		untilMS := max(spec.Until.Sub(now).Milliseconds(), 0)
 		o := supervise.Options{
 			ControlFD: -1, StatusFD: -1, UntilMS: untilMS, LeasePoll: true, LeasePollMS: e.cfg.LeasePoll.Milliseconds(),
 			Dir: workdir, Workspace: layout.Workspace, ArtifactsDir: layout.Artifacts, Report: terminationLog,
 			ParamsFile: paramsFile,
+		}
+		if !polls {
+			o.UntilMS, o.LeasePoll, o.LeasePollMS = -1, false, 0
 		}
 		if spec.Source != nil {
 			o.SourceCommit = spec.Source.Commit
@@ -307,8 +328,13 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 			VolumeMounts: []corev1.VolumeMount{{Name: "jobplane-supervisor", MountPath: supervisorDir}},
 		}}
 	}
+	jobAnnotations := annotations
+	if deny {
+		jobAnnotations = maps.Clone(annotations)
+		jobAnnotations[AnnotationNetwork] = executor.NetworkNone
+	}
 	kj := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: labels, Annotations: jobAnnotations},
 		Spec: batchv1.JobSpec{
 			Suspend: &yes, BackoffLimit: &zero, Parallelism: &one, Completions: &one,
 			ActiveDeadlineSeconds: &ads,
@@ -338,11 +364,15 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 	if err != nil {
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: fmt.Errorf("create Kubernetes Job %s/%s: %w", e.cfg.Namespace, name, err)}
 	}
+	denied := false // the NetworkPolicy's create was sent
 	fail := func(err error) (executor.Job, error) {
 		// Not ctx: the Job is removed also when the start was cancelled.
 		ctx, cancel := context.WithTimeout(context.Background(), e.removeWait)
 		defer cancel()
 		e.remove(ctx, name, 0)
+		if denied {
+			e.removeDeny(ctx, name)
+		}
 		return nil, &executor.StartError{Reason: executor.ReasonStartFailed, Err: err}
 	}
 	secret := &corev1.Secret{
@@ -353,21 +383,78 @@ func (e *Executor) Start(ctx context.Context, spec *executor.Spec) (executor.Job
 	if _, err := e.cfg.Client.CoreV1().Secrets(e.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("create Kubernetes Secret %s/%s: %w", e.cfg.Namespace, secretName, err))
 	}
+	if deny {
+		// Before the resume: the pod never runs without it. A create that
+		// failed may still have been applied, so the clean-up deletes it.
+		denied = true
+		if _, err := e.cfg.Client.NetworkingV1().NetworkPolicies(e.cfg.Namespace).Create(ctx, denyPolicy(name, e.cfg.Namespace, created.UID, labels, annotations), metav1.CreateOptions{}); err != nil {
+			return fail(fmt.Errorf("create NetworkPolicy %s/%s for run.network: none: %w", e.cfg.Namespace, name+denySuffix, err))
+		}
+	}
 	// The deadline counts from the Job's start, which the controller sets
 	// after the resume; measured from the resume, it falls no earlier than
 	// intended.
 	resumed := e.cfg.Clock.Now()
 	until := spec.LatestUntil() // renewals made while the Job was created
-	ads = e.deadline(resumed, until)
+	ads = deadline(resumed, until, polls)
 	patch := fmt.Sprintf(`{"spec":{"suspend":false,"activeDeadlineSeconds":%d}}`, ads)
 	if _, err := jobs.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fail(fmt.Errorf("resume Kubernetes Job %s/%s: %w", e.cfg.Namespace, name, err))
 	}
-	j := &job{e: e, name: name, uid: created.UID, spec: spec, resumed: resumed, until: until,
+	j := &job{e: e, name: name, uid: created.UID, spec: spec, deny: deny, polls: polls, resumed: resumed, until: until,
 		stopCh: make(chan struct{}), extendCh: make(chan struct{}, 1), done: make(chan struct{})}
 	go j.extender()
 	go j.monitor()
 	return j, nil
+}
+
+// denySuffix ends the name of an attempt's NetworkPolicy.
+const denySuffix = "-deny"
+
+// denyPolicy is the NetworkPolicy of run.network: none for the Job name
+// (whose UID is uid): it selects the attempt's pod alone, by the attempt
+// label the pod carries among labels, and with both policy types and no
+// rule it allows no traffic in or out. The Job owns it, so the garbage
+// collector removes it with the Job if the executor does not.
+func denyPolicy(name, ns string, uid types.UID, labels, annotations map[string]string) *networkingv1.NetworkPolicy {
+	sel := map[string]string{}
+	for _, k := range []string{LabelManagedBy, LabelRunner, LabelAttempt} {
+		sel[k] = labels[k]
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name + denySuffix, Namespace: ns, Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: uid}}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+}
+
+// removeDeny deletes the NetworkPolicy of the Job name once the Job is
+// gone, hence (foreground deletion) its pods: a pod still in its grace
+// period keeps the policy until then. If ctx ends first, the policy is
+// left to the garbage collector, which removes it with the Job.
+func (e *Executor) removeDeny(ctx context.Context, name string) {
+	if !e.waitGone(ctx, name) {
+		return
+	}
+	_ = e.cfg.Client.NetworkingV1().NetworkPolicies(e.cfg.Namespace).Delete(ctx, name+denySuffix, metav1.DeleteOptions{})
+}
+
+// waitGone waits until the Job name is gone, or ctx ends (false).
+func (e *Executor) waitGone(ctx context.Context, name string) bool {
+	for ctx.Err() == nil {
+		_, err := e.cfg.Client.BatchV1().Jobs(e.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(e.cfg.Poll):
+		}
+	}
+	return false
 }
 
 // remove deletes the Job with foreground propagation (its pods go first)
@@ -387,18 +474,33 @@ func (e *Executor) remove(ctx context.Context, name string, grace int64) {
 }
 
 // Sweep implements executor.Executor: it deletes runner's Jobs (and their
-// pods and Secrets) of attempts keep does not report as held.
+// pods, Secrets and NetworkPolicies) of attempts keep does not report as
+// held.
 func (e *Executor) Sweep(ctx context.Context, runner string, keep func(string) bool) error {
 	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, managedBy, LabelRunner, LabelValue(runner))
 	jobs, err := e.cfg.Client.BatchV1().Jobs(e.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return fmt.Errorf("list Kubernetes Jobs in %s: %w", e.cfg.Namespace, err)
 	}
+	var removed []string
 	for _, j := range jobs.Items {
 		if j.Annotations[LabelRunner] != runner || keep(j.Annotations[LabelAttempt]) {
 			continue
 		}
 		e.remove(ctx, j.Name, 0)
+		if j.Annotations[AnnotationNetwork] == executor.NetworkNone {
+			removed = append(removed, j.Name)
+		}
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	// Their NetworkPolicies go once the Jobs are; those still there at
+	// the bound are left to the garbage collector.
+	ctx, cancel := context.WithTimeout(ctx, e.removeWait)
+	defer cancel()
+	for _, name := range removed {
+		e.removeDeny(ctx, name)
 	}
 	return nil
 }
@@ -409,6 +511,8 @@ type job struct {
 	name    string
 	uid     types.UID
 	spec    *executor.Spec
+	deny    bool // the attempt has a deny-all NetworkPolicy
+	polls   bool // the pod's supervisor follows the lease
 	resumed time.Time
 
 	mu       sync.Mutex
@@ -448,7 +552,7 @@ func (j *job) extender() {
 		case <-j.extendCh:
 		}
 		j.mu.Lock()
-		ads := j.e.deadline(j.resumed, j.until)
+		ads := deadline(j.resumed, j.until, j.polls)
 		j.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		patch := fmt.Sprintf(`{"spec":{"activeDeadlineSeconds":%d}}`, ads)
@@ -485,11 +589,12 @@ func (j *job) Wait() executor.Exit {
 }
 
 // monitor follows the pod until the job ends, streams its log, then removes
-// the Job and its Secret and waits for the Job to be gone. Before Wait
-// returns, it ends the log stream and waits for it, as the other executors
-// deliver no output after Wait: the stream ends with the pod, but a log
-// that has not ended by then (a kubelet or API server that stopped
-// answering, a stream still being retried) would report lines afterwards.
+// the Job and its Secret, waits for the Job to be gone, and then removes
+// its NetworkPolicy. Before Wait returns, it ends the log stream and waits
+// for it, as the other executors deliver no output after Wait: the stream
+// ends with the pod, but a log that has not ended by then (a kubelet or API
+// server that stopped answering, a stream still being retried) would report
+// lines afterwards.
 func (j *job) monitor() {
 	defer close(j.done)
 	logCtx, stopLogs := context.WithCancel(context.Background())
@@ -504,15 +609,10 @@ func (j *job) monitor() {
 	defer cancel()
 	j.e.remove(ctx, j.name, -1)
 	// Foreground deletion: the Job is gone once its pods are.
-	for ctx.Err() == nil {
-		_, err := j.e.cfg.Client.BatchV1().Jobs(j.e.cfg.Namespace).Get(ctx, j.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(j.e.cfg.Poll):
-		}
+	if j.deny {
+		j.e.removeDeny(ctx, j.name)
+	} else {
+		j.e.waitGone(ctx, j.name)
 	}
 }
 

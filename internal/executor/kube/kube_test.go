@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -320,6 +321,64 @@ func TestKubernetesExecutor(t *testing.T) {
 		e.gone(t, "team-a", "runner-1", "att-ok")
 	})
 
+	t.Run("network none has a deny-all NetworkPolicy while it runs", func(t *testing.T) {
+		// The node stand-in has no network plugin, so the policy is not
+		// enforced here: this shows the policy the API server accepted,
+		// that it selects the attempt's pod, and that it goes with it.
+		t.Parallel()
+		// The supervisor does not ask the server, which the policy denies
+		// it: this one would answer that the attempt ended, and the job
+		// would not start.
+		x := e.supervised(t)
+		l := newLeaseServer(t, "att-net/none", time.Now().Add(5*time.Minute))
+		l.set(time.Now().Add(5*time.Minute), true)
+		out := &output{}
+		s := spec("att-net/none", out, "sh", "-c", "echo started; sleep 300")
+		s.Env = l.env("att-net/none")
+		s.Network = executor.NetworkNone
+		j, err := x.Start(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.running(t, "team-a", "runner-1", "att-net/none")
+		waitFor(t, time.Minute, func() bool { return slices.Contains(out.get(), "started") }, "the job to start")
+		name := kube.ObjectName("runner-1", "att-net/none")
+		np, err := e.admin.NetworkingV1().NetworkPolicies("team-a").Get(ctx, name+"-deny", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the NetworkPolicy of a running attempt of network none: %v", err)
+		}
+		kj, err := e.admin.BatchV1().Jobs("team-a").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(np.OwnerReferences) != 1 || np.OwnerReferences[0].UID != kj.UID {
+			t.Errorf("owner references %+v, want the Job %s", np.OwnerReferences, kj.UID)
+		}
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) ||
+			len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 {
+			t.Errorf("spec %+v, want both policy types and no rule", np.Spec)
+		}
+		// The selector picks the attempt's pod and no other pod of the
+		// namespace.
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || sel.Empty() {
+			t.Fatalf("selector %v: %v", sel, err)
+		}
+		pods, err := e.admin.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Labels["job-name"] != name {
+			t.Errorf("the selector %s selects %v (%v), want the attempt's pod alone", sel, pods, err)
+		}
+		time.Sleep(time.Second) // five lease polls, were there any
+		j.Stop(0)
+		if exit := j.Wait(); strings.Contains(strings.Join(out.get(), "\n"), "lease") {
+			t.Errorf("the supervisor followed the lease: %+v %q", exit, out.get())
+		}
+		e.gone(t, "team-a", "runner-1", "att-net/none")
+		if _, err := e.admin.NetworkingV1().NetworkPolicies("team-a").Get(ctx, name+"-deny", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the NetworkPolicy after the attempt: %v, want not found", err)
+		}
+	})
+
 	t.Run("a source or artifacts without the supervisor are refused", func(t *testing.T) {
 		t.Parallel()
 		for _, s := range []*executor.Spec{spec("att-nosup-src", &output{}, "true"), spec("att-nosup-art", &output{}, "true")} {
@@ -570,6 +629,7 @@ func TestKubernetesExecutor(t *testing.T) {
 		out := &output{}
 		s1 := spec("att-old", out, "sleep", "300")
 		s1.Runner = "runner-sweep"
+		s1.Network = executor.NetworkNone
 		s2 := spec("att-held", out, "sleep", "300")
 		s2.Runner = "runner-sweep"
 		if _, err := xa.Start(ctx, s1); err != nil {
@@ -585,6 +645,9 @@ func TestKubernetesExecutor(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.gone(t, "team-a", "runner-sweep", "att-old")
+		if _, err := e.admin.NetworkingV1().NetworkPolicies("team-a").Get(ctx, kube.ObjectName("runner-sweep", "att-old")+"-deny", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the swept attempt's NetworkPolicy: %v, want not found", err)
+		}
 		if _, err := e.admin.BatchV1().Jobs("team-a").Get(ctx, kube.ObjectName("runner-sweep", "att-held"), metav1.GetOptions{}); err != nil {
 			t.Errorf("held attempt's Job: %v", err)
 		}
