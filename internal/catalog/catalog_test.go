@@ -19,6 +19,20 @@ func files(kv ...string) map[string][]byte {
 	return m
 }
 
+// requireJobError parses the minimal job with extra appended and requires
+// exactly one error, at line and col of jobs/hello.yaml, naming field, with
+// a message containing msg.
+func requireJobError(t *testing.T, extra string, line, col int, field, msg string) {
+	t.Helper()
+	_, errs := Parse(files("jobs/hello.yaml", minimalJob+extra))
+	require.Len(t, errs, 1, "%s: %v", extra, errs)
+	e := errs[0]
+	require.Equal(t, "jobs/hello.yaml", e.File, extra)
+	require.Equal(t, [2]int{line, col}, [2]int{e.Line, e.Column}, "%s: %v", extra, e)
+	require.Equal(t, field, e.Field, "%s: %v", extra, e)
+	require.Contains(t, e.Message, msg, extra)
+}
+
 func mustParse(t *testing.T, m map[string][]byte) *Catalog {
 	t.Helper()
 	c, errs := Parse(m)

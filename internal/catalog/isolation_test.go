@@ -111,14 +111,7 @@ func TestJobIsolationFields(t *testing.T) {
 		{"isolation: maybe\n", 4, 12, "isolation", `must be required or none, got "maybe"`},
 		{"isolation: {required: true}\n", 4, 13, "isolation", "must be a string"},
 	} {
-		_, errs := Parse(files("jobs/hello.yaml", minimalJob+tt.body))
-		require.Len(t, errs, 1, tt.body)
-		e := errs[0]
-		require.Equal(t, "jobs/hello.yaml", e.File, tt.body)
-		require.Equal(t, tt.line, e.Line, "%s: %v", tt.body, e)
-		require.Equal(t, tt.col, e.Column, "%s: %v", tt.body, e)
-		require.Equal(t, tt.field, e.Field, "%s: %v", tt.body, e)
-		require.Contains(t, e.Message, tt.msgContain, tt.body)
+		requireJobError(t, tt.body, tt.line, tt.col, tt.field, tt.msgContain)
 	}
 }
 

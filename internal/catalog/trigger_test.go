@@ -46,13 +46,7 @@ func TestPullRequestTriggerErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, errs := Parse(files("jobs/hello.yaml", minimalJob+tt.yaml))
-			require.Len(t, errs, 1, "%v", errs)
-			e := errs[0]
-			require.Equal(t, "jobs/hello.yaml", e.File)
-			require.Equal(t, tt.field, e.Field)
-			require.Contains(t, e.Message, tt.msg)
-			require.Equal(t, [2]int{tt.line, tt.col}, [2]int{e.Line, e.Column}, "%v", e)
+			requireJobError(t, tt.yaml, tt.line, tt.col, tt.field, tt.msg)
 		})
 	}
 }
